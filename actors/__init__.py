@@ -1,0 +1,28 @@
+"""The only code that owns OpenCL objects and concurrency.
+
+Each actor is a trio task that owns its OpenCL state and serves requests from a memory channel;
+requests carry a reply slot. Blocking OpenCL calls (program builds, waits) run in worker threads,
+and completions come back through event callbacks and the completion actor.
+"""
+
+from ._completion import CompletionActor
+from ._devices import DeviceRecord, describe_device, device_kind, list_devices
+from ._engine_actor import EngineActor
+from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
+from ._reply import ReplySlot
+from ._submission import Submission
+from ._stream_actor import StreamActor
+
+__all__ = [
+    "CompletionActor",
+    "DeviceRecord",
+    "EngineActor",
+    "OutOfOrderStrategy",
+    "ReplySlot",
+    "StreamActor",
+    "Submission",
+    "choose_out_of_order_strategy",
+    "describe_device",
+    "device_kind",
+    "list_devices",
+]

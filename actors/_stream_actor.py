@@ -1,0 +1,229 @@
+"""The stream actor: owns the command queues of one stream and enqueues everything for it.
+
+Submissions arrive on a memory channel and are enqueued in arrival order, so a stream's commands
+reach OpenCL in program order. The actor drains whatever is waiting, then flushes once per batch.
+
+Out-of-order streams come in two strategies (see ``_ooo_policy``): one native out-of-order queue,
+or a pool of in-order *lanes*. With lanes, a command that depends on the last command of a lane
+goes to that lane (the queue orders it for free); independent commands go round-robin; every
+other dependency becomes an event wait across lanes.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pyopencl as cl
+import trio
+
+from .._errors import ClosedError, DependencyError, ExecutionError
+from ._submission import Submission
+
+KERNEL, WRITE, READ, MARKER, BARRIER = range(5)
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+_PROFILING = cl.command_queue_properties.PROFILING_ENABLE
+
+
+class StreamActor:
+    """Serves one stream. ``mode`` is ``in_order``, ``native`` (out-of-order queue) or ``lanes``."""
+
+    def __init__(
+        self,
+        context: cl.Context,
+        device: cl.Device,
+        *,
+        out_of_order: bool,
+        profiling: bool,
+        lanes: int = 1,
+        queue: cl.CommandQueue | None = None,
+    ) -> None:
+        self.context = context
+        self.device = device
+        self.profiling = profiling
+        if queue is not None:
+            self.mode = "native" if queue.properties & _OOO else "in_order"
+            self.queues = [queue]
+        else:
+            props = _PROFILING if profiling else 0
+            if not out_of_order:
+                self.mode = "in_order"
+                self.queues = [cl.CommandQueue(context, device, props)]
+            elif lanes <= 1:
+                self.mode = "native"
+                self.queues = [cl.CommandQueue(context, device, props | _OOO)]
+            else:
+                self.mode = "lanes"
+                self.queues = [cl.CommandQueue(context, device, props) for _ in range(lanes)]
+        self._context_ptr = context.int_ptr
+        self._tails: list[cl.Event | None] = [None] * len(self.queues)
+        self._lane_of_tail: dict[int, int] = {}
+        self._next_lane = 0
+        self._fence: list[cl.Event] = []
+        self._fenced = [True] * len(self.queues)
+        self._dirty: set[int] = set()
+        # Host-copy events (pyopencl NannyEvents) block in their destructor while pending, with
+        # the GIL held; the actor keeps them until they complete.
+        self._inflight_copies: collections.deque[cl.Event] = collections.deque()
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self.closed = False
+        self.submitted = 0
+
+    # -- requester side ---------------------------------------------------------------------
+
+    def submit(self, request: tuple) -> None:
+        """Queue a request ``(op, submission, deps, *payload)``; never blocks."""
+        try:
+            self._send.send_nowait(request)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ClosedError("the stream is closed (its runtime has shut down)") from None
+
+    def close(self) -> None:
+        """No further submissions; the actor drains what it has, finishes its queues and exits."""
+        self.closed = True
+        self._send.close()
+
+    # -- actor side -------------------------------------------------------------------------
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started(self)
+        try:
+            async for request in self._recv:
+                await self._process(request)
+                while True:
+                    try:
+                        request = self._recv.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    await self._process(request)
+                self._flush()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    async def _finish(self) -> None:
+        self.closed = True
+        self._send.close()
+        for queue in self.queues:
+            await trio.to_thread.run_sync(queue.finish)
+        self._inflight_copies.clear()
+        # Anything still in the channel after a cancellation never reached OpenCL.
+        while True:
+            try:
+                request = self._recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            request[1].set_failed(ClosedError("the stream closed before this command was enqueued"))
+
+    async def _process(self, request: tuple) -> None:
+        for dep in request[2]:
+            if isinstance(dep, Submission) and dep.pending_submit:
+                await dep.wait_submitted()  # another stream's actor has it; it comes soon
+        submission: Submission = request[1]
+        try:
+            wait_for = self._wait_list(request[2])
+            lane = self._choose_lane(wait_for)
+            cl_event = self._enqueue(request, self.queues[lane], wait_for)
+        except DependencyError as exc:
+            submission.set_failed(exc)
+            return
+        except (cl.Error, ValueError, TypeError) as exc:
+            submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
+            return
+        self._tails[lane] = cl_event
+        if len(self.queues) > 1:
+            self._lane_of_tail = {t.int_ptr: i for i, t in enumerate(self._tails) if t is not None}
+        self._dirty.add(lane)
+        self.submitted += 1
+        submission.set_submitted(cl_event)
+
+    def _wait_list(self, deps) -> list[cl.Event]:
+        wait_for = []
+        for dep in deps:
+            if isinstance(dep, Submission):
+                if dep.failure is not None:
+                    raise DependencyError(f"dependency {dep.label!r} failed: {dep.failure}") from dep.failure
+                if dep.completed:
+                    continue
+                cl_event = dep.native
+                same_context = dep.actor is not None and dep.actor.context is self.context
+            else:
+                cl_event = dep
+                same_context = cl_event.context.int_ptr == self._context_ptr
+            if not same_context:
+                cl_event = self._bridge_foreign(cl_event)
+            wait_for.append(cl_event)
+        return wait_for
+
+    def _bridge_foreign(self, cl_event: cl.Event) -> cl.UserEvent:
+        """An event of this context that completes (or fails) with one of another context."""
+        user_event = cl.UserEvent(self.context)
+
+        def relay(status: int) -> None:
+            user_event.set_status(_COMPLETE if status >= 0 else status)
+
+        cl_event.set_callback(_COMPLETE, relay)
+        return user_event
+
+    def _choose_lane(self, wait_for: list[cl.Event]) -> int:
+        if len(self.queues) == 1:
+            lane = 0
+        else:
+            for cl_event in wait_for:
+                lane = self._lane_of_tail.get(cl_event.int_ptr)
+                if lane is not None:
+                    break
+            else:
+                lane = self._next_lane
+                self._next_lane = (lane + 1) % len(self.queues)
+        if not self._fenced[lane]:
+            wait_for.extend(self._fence)
+            self._fenced[lane] = True
+        return lane
+
+    def _enqueue(self, request: tuple, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
+        op = request[0]
+        wait = wait_for or None
+        if op == KERNEL:
+            _, _, _, kernel, buffers, global_size, local_size = request
+            kernel.set_args(*buffers)
+            return cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size, wait_for=wait)
+        if op == WRITE:
+            _, _, _, buffer, host = request
+            cl_event = cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait)
+            self._keep_copy(cl_event)
+            return cl_event
+        if op == READ:
+            _, _, _, buffer, host = request
+            cl_event = cl.enqueue_copy(queue, host, buffer, is_blocking=False, wait_for=wait)
+            self._keep_copy(cl_event)
+            return cl_event
+        if op in (MARKER, BARRIER):
+            return self._enqueue_sync_point(op, queue, wait_for)
+        raise ValueError(f"unknown stream request {op!r}")
+
+    def _enqueue_sync_point(self, op: int, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
+        if self.mode == "lanes":
+            others = [t for t in self._tails if t is not None and t.command_queue != queue]
+            cl_event = cl.enqueue_marker(queue, wait_for=(wait_for + others) or None)
+            if op == BARRIER:
+                self._fence = [cl_event]
+                self._fenced = [False] * len(self.queues)
+                self._fenced[self.queues.index(queue)] = True
+            return cl_event
+        if op == BARRIER and self.mode == "native":
+            return cl.enqueue_barrier(queue, wait_for=wait_for or None)
+        return cl.enqueue_marker(queue, wait_for=wait_for or None)
+
+    def _keep_copy(self, cl_event: cl.Event) -> None:
+        copies = self._inflight_copies
+        copies.append(cl_event)
+        while copies and copies[0].command_execution_status <= _COMPLETE:
+            copies.popleft()
+
+    def _flush(self) -> None:
+        for lane in self._dirty:
+            self.queues[lane].flush()
+        self._dirty.clear()

@@ -1,0 +1,21 @@
+"""OpenCL C source generators and numpy references, one module per primitive kind.
+
+Everything here is pure: plain values in, source text or numpy arrays out. No trio, no pyopencl
+objects; the actors compile what these modules generate, and the tests compare against the
+references.
+"""
+
+from . import binary, eltwise, tolerance
+from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
+
+__all__ = [
+    "KernelConfig",
+    "KernelSpec",
+    "binary",
+    "c_float",
+    "dense_strides",
+    "eltwise",
+    "is_dense",
+    "select_config",
+    "tolerance",
+]

@@ -1,0 +1,71 @@
+"""triodnn: oneDNN's runtime ideas for async Python, on trio and pyopencl.
+
+    async with triodnn.open_runtime() as rt:
+        engine = await rt.engine()                      # PoCL's CPU device by default
+        stream = await engine.stream(triodnn.StreamFlags.out_of_order)
+        relu = await engine.create_primitive(triodnn.EltwiseDesc("relu", src_desc))
+        done = stream.execute(relu, {"src": x, "dst": y}, deps=[...])
+        await done
+"""
+
+from . import ocl_interop
+from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
+from ._errors import (
+    ArgumentMismatchError,
+    BuildError,
+    ClosedError,
+    DependencyError,
+    EngineMismatchError,
+    EngineNotFoundError,
+    ExecutionError,
+    InvalidArgumentError,
+    MissingArgumentError,
+    NotSubmittedError,
+    ProfilingError,
+    TriodnnError,
+    UnsupportedError,
+)
+from ._event import Event, ProfilingTimes
+from ._memory import Memory
+from ._memory_desc import MemoryDesc
+from ._primitive import Primitive
+from ._primitive_desc import BinaryDesc, EltwiseDesc
+from ._runtime import Runtime, available_engines, current_runtime, open_runtime
+from ._stream import Stream, StreamFlags, StreamStatistics
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentMismatchError",
+    "BinaryDesc",
+    "BuildError",
+    "ClosedError",
+    "DependencyError",
+    "DeviceIdentity",
+    "DeviceInfo",
+    "EltwiseDesc",
+    "Engine",
+    "EngineIdentity",
+    "EngineMismatchError",
+    "EngineNotFoundError",
+    "Event",
+    "ExecutionError",
+    "InvalidArgumentError",
+    "Memory",
+    "MemoryDesc",
+    "MissingArgumentError",
+    "NotSubmittedError",
+    "Primitive",
+    "ProfilingError",
+    "ProfilingTimes",
+    "Runtime",
+    "Stream",
+    "StreamFlags",
+    "StreamStatistics",
+    "TriodnnError",
+    "UnsupportedError",
+    "available_engines",
+    "current_runtime",
+    "ocl_interop",
+    "open_runtime",
+]

@@ -1,0 +1,71 @@
+"""Data types triodnn names, with their storage in numpy and OpenCL C."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ._errors import InvalidArgumentError
+
+
+@attrs.frozen
+class DataTypeInfo:
+    name: str
+    itemsize: int
+    numpy: np.dtype  # storage type; bf16 is stored as uint16 bit patterns
+    opencl: str
+
+
+DATA_TYPES: dict[str, DataTypeInfo] = {
+    info.name: info
+    for info in (
+        DataTypeInfo("f32", 4, np.dtype(np.float32), "float"),
+        DataTypeInfo("f16", 2, np.dtype(np.float16), "half"),
+        DataTypeInfo("bf16", 2, np.dtype(np.uint16), "ushort"),
+        DataTypeInfo("s32", 4, np.dtype(np.int32), "int"),
+        DataTypeInfo("s8", 1, np.dtype(np.int8), "char"),
+        DataTypeInfo("u8", 1, np.dtype(np.uint8), "uchar"),
+    )
+}
+
+_FROM_NUMPY = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "s32",
+               np.dtype(np.int8): "s8", np.dtype(np.uint8): "u8"}
+
+
+def data_type(name: str) -> DataTypeInfo:
+    try:
+        return DATA_TYPES[name]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"dtype {name!r} is not a triodnn data type; known: {', '.join(DATA_TYPES)}"
+        ) from None
+
+
+def dtype_of_numpy(dtype: np.dtype) -> str:
+    try:
+        return _FROM_NUMPY[np.dtype(dtype)]
+    except KeyError:
+        raise InvalidArgumentError(
+            f"numpy dtype {np.dtype(dtype)} has no triodnn data type; "
+            f"known: {', '.join(str(d) for d in _FROM_NUMPY)}"
+        ) from None
+
+
+def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` converted to the storage representation of ``dtype`` (bf16: rounded bit patterns)."""
+    if dtype == "bf16":
+        if array.dtype == np.uint16:
+            return array
+        bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+        # Round to nearest even on the 16 dropped bits; NaNs stay NaN (quiet bit kept).
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        rounded = np.where(np.isnan(array), (bits >> 16) | 0x40, rounded)
+        return rounded.astype(np.uint16)
+    return np.asarray(array, dtype=data_type(dtype).numpy)
+
+
+def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+    """The user-facing values of storage ``array`` (bf16 becomes float32)."""
+    if dtype == "bf16":
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array

@@ -1,0 +1,60 @@
+"""The typed errors triodnn raises.
+
+A small hierarchy: catch ``TriodnnError`` for everything, or one branch. Argument errors also
+derive from ``ValueError`` so code written against numpy conventions keeps working. Messages name
+the offending argument and its value.
+"""
+
+from __future__ import annotations
+
+
+class TriodnnError(Exception):
+    """Base of every error triodnn raises on purpose."""
+
+
+class InvalidArgumentError(TriodnnError, ValueError):
+    """An argument is malformed: bad dims, dtype, strides, algorithm, flags."""
+
+
+class MissingArgumentError(InvalidArgumentError):
+    """An execution argument a primitive needs was not passed."""
+
+
+class ArgumentMismatchError(InvalidArgumentError):
+    """An argument is well formed but does not match what the primitive or stream expects."""
+
+
+class EngineNotFoundError(TriodnnError, LookupError):
+    """No OpenCL device matches the requested engine kind and index."""
+
+
+class EngineMismatchError(TriodnnError):
+    """Objects of two engines (OpenCL contexts or devices) were mixed in one call."""
+
+
+class UnsupportedError(TriodnnError):
+    """The request is valid but this device or version of triodnn cannot serve it."""
+
+
+class BuildError(TriodnnError):
+    """An OpenCL program failed to build; the message carries the build log."""
+
+
+class ExecutionError(TriodnnError):
+    """A submitted command failed on the device, or could not be submitted."""
+
+
+class DependencyError(ExecutionError):
+    """A command did not run because one of its dependencies failed."""
+
+
+class NotSubmittedError(TriodnnError):
+    """An event's OpenCL event was asked for before the stream actor enqueued its command."""
+
+
+class ProfilingError(TriodnnError):
+    """Profiling times were asked of an event from a stream without the profiling flag."""
+
+
+class ClosedError(TriodnnError):
+    """A runtime, engine or stream was used after it was closed."""

@@ -1,0 +1,149 @@
+"""Operation descriptors: what a primitive computes, as a value (and later, a cache key part)."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._memory_desc import MemoryDesc
+from .kernels import KernelConfig, KernelSpec
+from .kernels import binary as binary_kernels
+from .kernels import eltwise as eltwise_kernels
+
+
+def _memory_desc(name: str):
+    def validate(instance, attribute, value) -> None:
+        if not isinstance(value, MemoryDesc):
+            raise InvalidArgumentError(f"{name} is {type(value).__name__}, expected triodnn.MemoryDesc")
+
+    return validate
+
+
+def _finite_float(name: str):
+    def convert(value) -> float:
+        try:
+            result = float(value)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{name} {value!r} is not a number") from None
+        if not math.isfinite(result):
+            raise InvalidArgumentError(f"{name} {value!r} must be finite")
+        return result
+
+    return convert
+
+
+def _require_f32(kind: str, descs: dict[str, MemoryDesc]) -> None:
+    for name, desc in descs.items():
+        if desc.dtype != "f32":
+            raise UnsupportedError(
+                f"{kind}: {name} has dtype {desc.dtype!r}; this version computes f32 only"
+            )
+
+
+@attrs.frozen(cache_hash=True)
+class EltwiseDesc:
+    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims and layout)."""
+
+    alg: str = attrs.field()
+    src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
+    dst: MemoryDesc = attrs.field(default=None)
+    alpha: float = attrs.field(default=0.0, converter=_finite_float("alpha"))
+    beta: float = attrs.field(default=0.0, converter=_finite_float("beta"))
+
+    kind = "eltwise"
+
+    @alg.validator
+    def _check_alg(self, attribute, value) -> None:
+        if value not in eltwise_kernels.ALGORITHMS:
+            raise InvalidArgumentError(
+                f"alg {value!r} is not an eltwise algorithm; known: "
+                f"{', '.join(eltwise_kernels.ALGORITHMS)}"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        if self.dst is None:
+            object.__setattr__(self, "dst", self.src)
+        _memory_desc("dst")(self, None, self.dst)
+        if self.dst.dims != self.src.dims:
+            raise ArgumentMismatchError(
+                f"dst dims {self.dst.dims} differ from src dims {self.src.dims}"
+            )
+        if self.alg == "clip" and self.alpha > self.beta:
+            raise InvalidArgumentError(f"clip needs alpha <= beta, got alpha={self.alpha} beta={self.beta}")
+
+    @property
+    def arg_descs(self) -> dict[str, MemoryDesc]:
+        return {"src": self.src, "dst": self.dst}
+
+    @property
+    def label(self) -> str:
+        return f"eltwise:{self.alg}"
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        _require_f32(self.kind, self.arg_descs)
+        return eltwise_kernels.generate(
+            self.alg,
+            dims=self.src.dims,
+            src_strides=self.src.strides,
+            dst_strides=self.dst.strides,
+            alpha=self.alpha,
+            beta=self.beta,
+            config=config,
+        )
+
+
+@attrs.frozen(cache_hash=True)
+class BinaryDesc:
+    """``dst = alg(src0, src1)`` with numpy broadcasting; ``dst`` defaults to the dense broadcast shape."""
+
+    alg: str = attrs.field()
+    src0: MemoryDesc = attrs.field(validator=_memory_desc("src0"))
+    src1: MemoryDesc = attrs.field(validator=_memory_desc("src1"))
+    dst: MemoryDesc = attrs.field(default=None)
+
+    kind = "binary"
+
+    @alg.validator
+    def _check_alg(self, attribute, value) -> None:
+        if value not in binary_kernels.ALGORITHMS:
+            raise InvalidArgumentError(
+                f"alg {value!r} is not a binary algorithm; known: {', '.join(binary_kernels.ALGORITHMS)}"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            dims = binary_kernels.broadcast_dims(self.src0.dims, self.src1.dims)
+        except ValueError:
+            raise ArgumentMismatchError(
+                f"src0 dims {self.src0.dims} and src1 dims {self.src1.dims} do not broadcast"
+            ) from None
+        if self.dst is None:
+            object.__setattr__(self, "dst", MemoryDesc(dims, self.src0.dtype))
+        _memory_desc("dst")(self, None, self.dst)
+        if self.dst.dims != dims:
+            raise ArgumentMismatchError(
+                f"dst dims {self.dst.dims} differ from the broadcast of src0 {self.src0.dims} "
+                f"and src1 {self.src1.dims}, which is {dims}"
+            )
+
+    @property
+    def arg_descs(self) -> dict[str, MemoryDesc]:
+        return {"src0": self.src0, "src1": self.src1, "dst": self.dst}
+
+    @property
+    def label(self) -> str:
+        return f"binary:{self.alg}"
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        _require_f32(self.kind, self.arg_descs)
+        return binary_kernels.generate(
+            self.alg,
+            src0_dims=self.src0.dims,
+            src0_strides=self.src0.strides,
+            src1_dims=self.src1.dims,
+            src1_strides=self.src1.strides,
+            dst_strides=self.dst.strides,
+            config=config,
+        )

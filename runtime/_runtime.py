@@ -1,0 +1,177 @@
+"""The runtime: the nursery that the engine, stream and completion actors live in."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import AsyncIterator
+
+import pyopencl as cl
+import trio
+
+from ._engine import ENGINE_KINDS, DeviceInfo, Engine
+from ._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._stream import Stream, StreamFlags, check_flags
+from .actors import (
+    CompletionActor,
+    DeviceRecord,
+    EngineActor,
+    StreamActor,
+    choose_out_of_order_strategy,
+    describe_device,
+    list_devices,
+)
+
+DEFAULT_ENGINE_ENV = "TRIODNN_ENGINE"
+
+_current: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar("triodnn_runtime", default=None)
+
+
+def current_runtime() -> Runtime:
+    """The runtime of the innermost ``open_runtime()`` block around the calling task."""
+    runtime = _current.get()
+    if runtime is None or runtime.closed:
+        raise ClosedError("no open triodnn runtime here; use `async with triodnn.open_runtime():`")
+    return runtime
+
+
+def parse_engine_spec(text: str) -> tuple[str, int]:
+    """``"cpu"``, ``"gpu:1"``, ``"any:0"`` → (kind, index)."""
+    kind, _, index = text.strip().partition(":")
+    try:
+        number = int(index) if index else 0
+    except ValueError:
+        raise InvalidArgumentError(f"engine {text!r} is not KIND[:INDEX] (e.g. cpu, gpu:1)") from None
+    return kind, number
+
+
+def available_engines() -> list[DeviceRecord]:
+    """Every OpenCL device an engine can open, with its kind and index."""
+    return list_devices()
+
+
+def find_device(kind: str, index: int) -> DeviceRecord:
+    if kind not in ENGINE_KINDS:
+        raise InvalidArgumentError(f"engine kind {kind!r} is not one of {', '.join(ENGINE_KINDS)}")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise InvalidArgumentError(f"engine index {index!r} must be a non-negative integer")
+    records = list_devices()
+    matching = records if kind == "any" else [r for r in records if r.kind == kind]
+    if index < len(matching):
+        return matching[index]
+    found = ", ".join(f"{r.label} ({r.device.name.strip()}, {r.platform.name.strip()})" for r in records)
+    raise EngineNotFoundError(
+        f"no {kind} engine with index {index}; available: {found or 'no OpenCL device at all'}"
+    )
+
+
+class Runtime:
+    """Holds the actors of one ``open_runtime()`` block; open engines from it."""
+
+    def __init__(self, nursery: trio.Nursery, completion: CompletionActor) -> None:
+        self._nursery = nursery
+        self._completion = completion
+        self._streams: list[tuple[StreamActor, trio.Event]] = []
+        self._engines: list[tuple[EngineActor, trio.Event]] = []
+        self.closed = False
+
+    async def engine(self, kind: str | None = None, index: int | None = None) -> Engine:
+        """Open an engine (a new OpenCL context) on device ``kind:index``.
+
+        With no arguments: ``$TRIODNN_ENGINE`` if set (``gpu:0`` …), else the first CPU device,
+        PoCL's, which ``pyopencl[pocl]`` installs everywhere.
+        """
+        if kind is None:
+            kind, default_index = parse_engine_spec(os.environ.get(DEFAULT_ENGINE_ENV, "cpu:0"))
+            index = default_index if index is None else index
+        record = find_device(kind, 0 if index is None else index)
+        context = cl.Context([record.device])
+        return await self._open_engine(record.device, context, kind, record.index)
+
+    async def _open_engine(self, device: cl.Device, context: cl.Context, kind: str, index: int) -> Engine:
+        self._check_open()
+        info = DeviceInfo(**describe_device(device))
+        actor = EngineActor(device, context)
+        await self._start(actor, self._engines)
+        strategy = choose_out_of_order_strategy(
+            vendor=info.vendor,
+            platform=info.platform,
+            queue_properties=info.queue_properties,
+            override=os.environ.get("TRIODNN_OOO_STRATEGY"),
+        )
+        engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
+        engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)
+        return engine
+
+    async def _open_stream(
+        self, engine: Engine, flags: StreamFlags, queue: cl.CommandQueue | None = None
+    ) -> Stream:
+        self._check_open()
+        flags = check_flags(flags)
+        profiling = StreamFlags.profiling in flags
+        out_of_order = StreamFlags.out_of_order in flags
+        strategy = engine.out_of_order_strategy
+        lanes = strategy.lanes if out_of_order and strategy.kind == "lanes" else 1
+        actor = StreamActor(
+            engine.cl_context, engine.cl_device, out_of_order=out_of_order, profiling=profiling,
+            lanes=lanes, queue=queue,
+        )
+        await self._start(actor, self._streams)
+        return Stream(engine, flags, actor, strategy=actor.mode)
+
+    async def _start(self, actor, registry: list) -> None:
+        exited = trio.Event()
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED):
+            try:
+                await actor.serve(task_status=task_status)
+            finally:
+                exited.set()
+
+        await self._nursery.start(run)
+        registry.append((actor, exited))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError("the runtime is closed")
+
+    async def _shutdown(self) -> None:
+        """Streams drain and finish their queues, engines finish their builds, then callbacks stop."""
+        self.closed = True
+        for registry in (self._streams, self._engines):
+            for actor, _ in registry:
+                actor.close()
+            for _, exited in registry:
+                await exited.wait()
+        self._completion_scope.cancel()
+
+    def statistics(self):
+        return self._completion.statistics()
+
+
+@contextlib.asynccontextmanager
+async def open_runtime() -> AsyncIterator[Runtime]:
+    """Start triodnn's actors for the duration of the block.
+
+    On exit, every stream finishes the work already submitted to it, builds in flight complete,
+    and the actors stop; then the block returns.
+    """
+    async with trio.open_nursery() as nursery:
+        completion = CompletionActor()
+        completion_scope = trio.CancelScope()
+
+        async def run_completion(task_status=trio.TASK_STATUS_IGNORED):
+            with completion_scope:
+                await completion.serve(task_status=task_status)
+
+        await nursery.start(run_completion)
+        runtime = Runtime(nursery, completion)
+        runtime._completion_scope = completion_scope
+        token = _current.set(runtime)
+        try:
+            yield runtime
+        finally:
+            _current.reset(token)
+            with trio.CancelScope(shield=True):
+                await runtime._shutdown()
