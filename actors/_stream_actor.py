@@ -91,13 +91,17 @@ class StreamActor:
         task_status.started(self)
         try:
             async for request in self._recv:
-                await self._process(request)
                 while True:
+                    # Only a dependency still waiting in another stream's actor needs an await;
+                    # everything else is enqueued synchronously, a whole batch per wake-up.
+                    for dep in request[2]:
+                        if isinstance(dep, Submission) and dep.pending_submit:
+                            await dep.wait_submitted()
+                    self._dispatch(request)
                     try:
                         request = self._recv.receive_nowait()
                     except trio.WouldBlock:
                         break
-                    await self._process(request)
                 self._flush()
         finally:
             with trio.CancelScope(shield=True):
@@ -117,10 +121,7 @@ class StreamActor:
                 break
             request[1].set_failed(ClosedError("the stream closed before this command was enqueued"))
 
-    async def _process(self, request: tuple) -> None:
-        for dep in request[2]:
-            if isinstance(dep, Submission) and dep.pending_submit:
-                await dep.wait_submitted()  # another stream's actor has it; it comes soon
+    def _dispatch(self, request: tuple) -> None:
         submission: Submission = request[1]
         try:
             wait_for = self._wait_list(request[2])

@@ -1,0 +1,62 @@
+"""The ``triodnn`` command line: ``info`` lists devices, ``demo`` runs the async pipeline demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .actors import choose_out_of_order_strategy, describe_device, list_devices
+
+    records = list_devices()
+    if not records:
+        print("no OpenCL device found (is pyopencl[pocl] installed?)")
+        return 1
+    for record in records:
+        info = describe_device(record.device)
+        strategy = choose_out_of_order_strategy(
+            vendor=info["vendor"], platform=info["platform"], queue_properties=info["queue_properties"]
+        )
+        print(f"{record.label:8} {info['name']}")
+        print(f"         platform {info['platform']} ({info['platform_version']}), driver {info['driver']}")
+        print(f"         {info['max_compute_units']} compute units, "
+              f"{info['global_mem_size'] / 2**30:.1f} GiB, max work-group {info['max_work_group_size']}")
+        lanes = f" ({strategy.lanes} lanes)" if strategy.kind == "lanes" else ""
+        print(f"         out-of-order streams: {strategy.kind}{lanes}: {strategy.reason}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import trio
+
+    from ._demo import run_demo
+
+    passed = trio.run(run_demo, args.engine, args.size, args.requests, args.in_flight, args.rounds)
+    return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="triodnn", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    info = commands.add_parser("info", help="list the OpenCL devices triodnn can use")
+    info.set_defaults(run=_info)
+    demo = commands.add_parser("demo", help="run an async pipeline of primitives and check it")
+    demo.add_argument("--engine", help="KIND[:INDEX], e.g. cpu:0 or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")
+    demo.add_argument("--size", type=int, default=1 << 18, help="elements per request (default 262144)")
+    demo.add_argument("--requests", type=int, default=16, help="requests per round (default 16)")
+    demo.add_argument("--in-flight", type=int, default=4, help="requests in flight at once (default 4)")
+    demo.add_argument("--rounds", type=int, default=3, help="timed rounds per stream kind (default 3)")
+    demo.set_defaults(run=_demo)
+    args = parser.parse_args(argv)
+    from ._errors import TriodnnError
+
+    try:
+        return args.run(args)
+    except TriodnnError as exc:
+        print(f"triodnn: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
