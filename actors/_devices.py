@@ -65,5 +65,6 @@ def describe_device(device: cl.Device) -> dict:
         "max_work_group_size": int(device.max_work_group_size),
         "global_mem_size": int(device.global_mem_size),
         "queue_properties": int(device.queue_properties),
+        "single_fp_config": int(device.single_fp_config),
         "extensions": tuple(sorted(device.extensions.split())),
     }

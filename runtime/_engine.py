@@ -38,6 +38,7 @@ class DeviceInfo:
     max_work_group_size: int
     global_mem_size: int
     queue_properties: int
+    single_fp_config: int
     extensions: tuple[str, ...] = attrs.field(repr=False)
 
 
@@ -96,6 +97,14 @@ class Engine:
     def closed(self) -> bool:
         return self._actor.closed
 
+    @property
+    def _build_options(self) -> tuple[str, ...]:
+        # OpenCL lets f32 division and sqrt be off by 2.5-3 ulp; where the device can round them
+        # correctly, ask for it, so binary div matches numpy as add and mul do.
+        if self.info.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+            return ("-cl-fp32-correctly-rounded-divide-sqrt",)
+        return ()
+
     def statistics(self):
         """Live buffers and bytes, programs built, builds in flight (a frozen record)."""
         return self._actor.statistics()
@@ -132,6 +141,7 @@ class Engine:
         request = BuildRequest(
             source=spec.source,
             kernel_name=spec.name,
+            options=self._build_options,
             warmup_local_size=spec.local_size,
             warmup_buffer_bytes=tuple(desc.arg_descs[name].nbytes for name in spec.arg_names),
         )
