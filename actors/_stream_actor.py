@@ -58,6 +58,7 @@ class StreamActor:
                 self.mode = "lanes"
                 self.queues = [cl.CommandQueue(context, device, props) for _ in range(lanes)]
         self._context_ptr = context.int_ptr
+        self._lanes = len(self.queues) > 1
         self._tails: list[cl.Event | None] = [None] * len(self.queues)
         self._lane_of_tail: dict[int, int] = {}
         self._next_lane = 0
@@ -124,8 +125,8 @@ class StreamActor:
     def _dispatch(self, request: tuple) -> None:
         submission: Submission = request[1]
         try:
-            wait_for = self._wait_list(request[2])
-            lane = self._choose_lane(wait_for)
+            wait_for = self._wait_list(request[2]) if request[2] else []
+            lane = self._choose_lane(wait_for) if self._lanes else 0
             cl_event = self._enqueue(request, self.queues[lane], wait_for)
         except DependencyError as exc:
             submission.set_failed(exc)
@@ -133,9 +134,12 @@ class StreamActor:
         except (cl.Error, ValueError, TypeError) as exc:
             submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
             return
+        if self._lanes:
+            previous = self._tails[lane]
+            if previous is not None:
+                del self._lane_of_tail[previous.int_ptr]
+            self._lane_of_tail[cl_event.int_ptr] = lane
         self._tails[lane] = cl_event
-        if len(self.queues) > 1:
-            self._lane_of_tail = {t.int_ptr: i for i, t in enumerate(self._tails) if t is not None}
         self._dirty.add(lane)
         self.submitted += 1
         submission.set_submitted(cl_event)
@@ -169,16 +173,13 @@ class StreamActor:
         return user_event
 
     def _choose_lane(self, wait_for: list[cl.Event]) -> int:
-        if len(self.queues) == 1:
-            lane = 0
+        for cl_event in wait_for:
+            lane = self._lane_of_tail.get(cl_event.int_ptr)
+            if lane is not None:
+                break
         else:
-            for cl_event in wait_for:
-                lane = self._lane_of_tail.get(cl_event.int_ptr)
-                if lane is not None:
-                    break
-            else:
-                lane = self._next_lane
-                self._next_lane = (lane + 1) % len(self.queues)
+            lane = self._next_lane
+            self._next_lane = (lane + 1) % len(self.queues)
         if not self._fenced[lane]:
             wait_for.extend(self._fence)
             self._fenced[lane] = True

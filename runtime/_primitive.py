@@ -48,11 +48,6 @@ class Primitive:
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"args must be a dict of name -> Memory, got {type(args).__name__}")
         expected = self.desc.arg_descs
-        unknown = set(args) - set(expected)
-        if unknown:
-            raise ArgumentMismatchError(
-                f"{self.label} takes no argument {sorted(unknown)[0]!r}; it takes {', '.join(expected)}"
-            )
         buffers = []
         for name in self.spec.arg_names:
             memory = args.get(name)
@@ -62,7 +57,7 @@ class Primitive:
                 raise InvalidArgumentError(
                     f"argument {name!r} is {type(memory).__name__}, expected triodnn.Memory"
                 )
-            if memory.desc is not expected[name] and memory.desc != expected[name]:
+            if not (memory.desc is expected[name] or memory.desc == expected[name]):
                 raise ArgumentMismatchError(
                     f"argument {name!r} has memory {memory.desc}; {self.label} expects {expected[name]}"
                 )
@@ -74,4 +69,9 @@ class Primitive:
                     f"({engine})"
                 )
             buffers.append(memory.cl_buffer)
+        if len(args) != len(buffers):
+            unknown = sorted(set(args) - set(expected))
+            raise ArgumentMismatchError(
+                f"{self.label} takes no argument {unknown[0]!r}; it takes {', '.join(expected)}"
+            )
         return tuple(buffers)

@@ -45,6 +45,8 @@ def check_flags(flags) -> StreamFlags:
 
 def check_deps(deps) -> tuple:
     """``deps`` as a tuple of Events / pyopencl Events, or a typed error naming the culprit."""
+    if not deps and (deps is None or isinstance(deps, (list, tuple))):
+        return ()
     if isinstance(deps, (Event, cl.Event)) or not isinstance(deps, (list, tuple)):
         raise InvalidArgumentError(
             f"deps must be a list of triodnn.Event or pyopencl.Event, got {type(deps).__name__}"
@@ -70,6 +72,8 @@ class Stream:
     flags: StreamFlags
     _actor: StreamActor = attrs.field(repr=False)
     strategy: str = attrs.field(default="in_order")
+    _completion: object = attrs.field(init=False, repr=False)
+    _profiling: bool = attrs.field(init=False, repr=False)
 
     @property
     def cl_queues(self) -> tuple[cl.CommandQueue, ...]:
@@ -80,15 +84,14 @@ class Stream:
     def closed(self) -> bool:
         return self._actor.closed
 
+    def __attrs_post_init__(self) -> None:
+        self._completion = self.engine._runtime._completion
+        self._profiling = StreamFlags.profiling in self.flags
+
     def _event(self, label: str) -> Event:
         if self._actor.closed:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
-        return Event(
-            self._actor,
-            label,
-            completion=self.engine._runtime._completion,
-            profiling=StreamFlags.profiling in self.flags,
-        )
+        return Event(self._actor, label, completion=self._completion, profiling=self._profiling)
 
     def execute(self, primitive: Primitive, args: dict, deps=()) -> Event:
         """Run ``primitive`` on ``args`` (name → Memory) after ``deps``; returns its Event."""
@@ -109,7 +112,11 @@ class Stream:
         return event
 
     def write(self, memory: Memory, array, deps=()) -> Event:
-        """Copy host ``array`` into ``memory`` after ``deps``; the stream keeps the staging copy."""
+        """Copy host ``array`` into ``memory`` after ``deps``.
+
+        A C-contiguous array of the memory's dtype is read in place when the copy runs: leave it
+        unchanged until the event completes (the stream holds a reference until then).
+        """
         deps = check_deps(deps)
         buffer = self._buffer_of(memory, "memory")
         staging = stage(memory.desc, array)
