@@ -155,23 +155,33 @@ async def open_runtime() -> AsyncIterator[Runtime]:
     """Start triodnn's actors for the duration of the block.
 
     On exit, every stream finishes the work already submitted to it, builds in flight complete,
-    and the actors stop; then the block returns.
+    and the actors stop; then the block returns. An exception raised by the block comes out as
+    itself, not wrapped in the actors' nursery's exception group.
     """
-    async with trio.open_nursery() as nursery:
-        completion = CompletionActor()
-        completion_scope = trio.CancelScope()
+    body_error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            completion = CompletionActor()
+            completion_scope = trio.CancelScope()
 
-        async def run_completion(task_status=trio.TASK_STATUS_IGNORED):
-            with completion_scope:
-                await completion.serve(task_status=task_status)
+            async def run_completion(task_status=trio.TASK_STATUS_IGNORED):
+                with completion_scope:
+                    await completion.serve(task_status=task_status)
 
-        await nursery.start(run_completion)
-        runtime = Runtime(nursery, completion)
-        runtime._completion_scope = completion_scope
-        token = _current.set(runtime)
-        try:
-            yield runtime
-        finally:
-            _current.reset(token)
-            with trio.CancelScope(shield=True):
-                await runtime._shutdown()
+            await nursery.start(run_completion)
+            runtime = Runtime(nursery, completion)
+            runtime._completion_scope = completion_scope
+            token = _current.set(runtime)
+            try:
+                yield runtime
+            except BaseException as exc:
+                body_error = exc
+                raise
+            finally:
+                _current.reset(token)
+                with trio.CancelScope(shield=True):
+                    await runtime._shutdown()
+    except BaseExceptionGroup as group:
+        if body_error is not None and len(group.exceptions) == 1 and group.exceptions[0] is body_error:
+            raise body_error from None
+        raise
