@@ -18,6 +18,7 @@ import pyopencl as cl
 import trio
 
 from .._errors import ClosedError, DependencyError, ExecutionError
+from ._completion import QueueWaiter
 from ._submission import Submission
 
 KERNEL, WRITE, READ, MARKER, BARRIER = range(5)
@@ -58,6 +59,11 @@ class StreamActor:
                 self.mode = "lanes"
                 self.queues = [cl.CommandQueue(context, device, props) for _ in range(lanes)]
         self._context_ptr = context.int_ptr
+        # In-order queues complete in submission order: one thread per queue can wait for them.
+        self.waiters = [
+            None if q.properties & _OOO else QueueWaiter(f"triodnn-queue-waiter-{i}")
+            for i, q in enumerate(self.queues)
+        ]
         self._lanes = len(self.queues) > 1
         self._tails: list[cl.Event | None] = [None] * len(self.queues)
         self._lane_of_tail: dict[int, int] = {}
@@ -113,6 +119,9 @@ class StreamActor:
         self._send.close()
         for queue in self.queues:
             await trio.to_thread.run_sync(queue.finish)
+        for waiter in self.waiters:
+            if waiter is not None:
+                waiter.close()
         self._inflight_copies.clear()
         # Anything still in the channel after a cancellation never reached OpenCL.
         while True:
@@ -142,7 +151,7 @@ class StreamActor:
         self._tails[lane] = cl_event
         self._dirty.add(lane)
         self.submitted += 1
-        submission.set_submitted(cl_event)
+        submission.set_submitted(cl_event, lane, self.submitted)
 
     def _wait_list(self, deps) -> list[cl.Event]:
         wait_for = []

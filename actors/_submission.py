@@ -18,12 +18,16 @@ class Submission:
     actor: object  # the StreamActor that owns the command
     label: str
     native: cl.Event | None = None  # the OpenCL event, once enqueued
+    lane: int = 0  # index of the stream actor's queue that holds the command
+    seq: int = 0  # the command's submission number in its stream
     failure: BaseException | None = None
     completed: bool = False
     _on_submit: trio.Event | None = None
 
-    def set_submitted(self, cl_event: cl.Event) -> None:
+    def set_submitted(self, cl_event: cl.Event, lane: int, seq: int) -> None:
         self.native = cl_event
+        self.lane = lane
+        self.seq = seq
         if self._on_submit is not None:
             self._on_submit.set()
 

@@ -54,7 +54,7 @@ class Event(Submission):
         if self.pending_submit:
             await self.wait_submitted()
         if not self.completed:
-            status = await self._completion.wait(self.native)
+            status = await self._completion.wait(self.native, self.actor.waiters[self.lane], self.seq)
             self._settle(status)
         else:
             await trio.lowlevel.checkpoint()
