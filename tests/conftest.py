@@ -1,0 +1,131 @@
+"""Shared fixtures: a runtime per test, its default engine, seeded data, device-memory helpers.
+
+Every triodnn object lives inside one ``open_runtime()`` block, so the runtime is a per-test async
+fixture (pytest-trio runs it in the test's trio run) and nothing crosses tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pyopencl as cl
+import pytest
+import trio
+
+import triodnn
+
+COMPLETE = cl.command_execution_status.COMPLETE
+
+
+def has_gpu() -> bool:
+    return any(record.kind == "gpu" for record in triodnn.available_engines())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip cleanly where no GPU OpenCL device is registered (CI)."""
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="no OpenCL GPU device (triodnn.available_engines() has no 'gpu')")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+async def rt():
+    async with triodnn.open_runtime() as runtime:
+        yield runtime
+
+
+@pytest.fixture
+async def engine(rt):
+    """The default engine: cpu:0 (PoCL) here, or whatever ``$TRIODNN_ENGINE`` names."""
+    return await rt.engine()
+
+
+@pytest.fixture
+async def gpu_engine(rt):
+    if not has_gpu():
+        pytest.skip("no OpenCL GPU device (triodnn.available_engines() has no 'gpu')")
+    return await rt.engine("gpu", 0)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20240611)
+
+
+@pytest.fixture
+def upload(engine):
+    """``await upload(array, strides=None)``: a Memory on ``engine`` holding ``array``.
+
+    ``strides`` (tuple or format tag) gives a non-row-major layout; the values are the same.
+    """
+
+    async def _upload(array, strides=None) -> triodnn.Memory:
+        array = np.asarray(array, dtype=np.float32)
+        desc = None if strides is None else triodnn.MemoryDesc(array.shape, "f32", strides)
+        return await engine.from_numpy(array, desc)
+
+    return _upload
+
+
+def eltwise_input(rng: np.random.Generator, alg: str, shape) -> np.ndarray:
+    """Random f32 data valid for ``alg``: positive for log/sqrt, moderate for exp."""
+    if alg in ("log", "sqrt"):
+        return rng.uniform(0.05, 8.0, shape).astype(np.float32)
+    if alg == "exp":
+        return rng.uniform(-6.0, 6.0, shape).astype(np.float32)
+    return rng.uniform(-5.0, 5.0, shape).astype(np.float32)
+
+
+@pytest.fixture
+def make_input(rng):
+    """``make_input(alg, shape)``: see ``eltwise_input``."""
+    return lambda alg, shape: eltwise_input(rng, alg, shape)
+
+
+async def create_all(engine: triodnn.Engine, descs: dict) -> dict:
+    """Compile a dict of name -> op descriptor concurrently (the engine builds on 2 threads)."""
+    prims: dict = {}
+
+    async def one(name, desc):
+        prims[name] = await engine.create_primitive(desc)
+
+    async with trio.open_nursery() as nursery:
+        for name, desc in descs.items():
+            nursery.start_soon(one, name, desc)
+    return prims
+
+
+@pytest.fixture
+def build_on():
+    """``await build_on(engine, {name: desc, ...})``: for engines a test opens itself."""
+    return create_all
+
+
+@pytest.fixture
+def build(engine):
+    """``await build({name: desc, ...})`` -> {name: Primitive}, built concurrently on ``engine``."""
+    return lambda descs: create_all(engine, descs)
+
+
+@contextlib.contextmanager
+def user_gate(context: cl.Context):
+    """A pyopencl UserEvent that is always completed on exit.
+
+    Tests hold commands back with it; completing it in ``finally`` means a failing assertion can
+    never leave a queue waiting forever, which would hang the runtime's shutdown.
+    """
+    gate = cl.UserEvent(context)
+    try:
+        yield gate
+    finally:
+        if gate.command_execution_status > COMPLETE:
+            gate.set_status(COMPLETE)
+
+
+@pytest.fixture
+def gate():
+    return user_gate

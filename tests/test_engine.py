@@ -1,0 +1,225 @@
+"""Engines: discovery, identity, device facts, and the out-of-order strategy rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import triodnn
+from triodnn import EngineNotFoundError, InvalidArgumentError, StreamFlags
+from triodnn.actors import choose_out_of_order_strategy
+
+_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    """Tests of defaults must not see a developer's TRIODNN_ENGINE / TRIODNN_OOO_STRATEGY."""
+    monkeypatch.delenv("TRIODNN_ENGINE", raising=False)
+    monkeypatch.delenv("TRIODNN_OOO_STRATEGY", raising=False)
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def test_available_engines_lists_a_cpu_with_indices_per_kind():
+    records = triodnn.available_engines()
+    assert any(r.kind == "cpu" for r in records)
+    for kind in {r.kind for r in records}:
+        assert [r.index for r in records if r.kind == kind] == list(range(sum(r.kind == kind for r in records)))
+    assert all(r.label == f"{r.kind}:{r.index}" for r in records)
+
+
+async def test_default_engine_is_cpu0(rt, no_env):
+    engine = await rt.engine()
+    assert (engine.kind, engine.index) == ("cpu", 0)
+    assert engine.info.type == "cpu"
+    assert str(engine).startswith("cpu:0 (")
+    assert engine.cl_device.type & cl.device_type.CPU
+    assert not engine.closed
+
+
+async def test_engine_env_picks_the_default(rt, monkeypatch):
+    monkeypatch.setenv("TRIODNN_ENGINE", "cpu:0")
+    engine = await rt.engine()
+    assert (engine.kind, engine.index) == ("cpu", 0)
+    monkeypatch.setenv("TRIODNN_ENGINE", "cpu:zero")
+    with pytest.raises(InvalidArgumentError, match="'cpu:zero'"):
+        await rt.engine()
+
+
+async def test_any_kind_finds_the_first_device(rt):
+    engine = await rt.engine("any", 0)
+    assert engine.cl_device == triodnn.available_engines()[0].device
+
+
+async def test_unknown_kind(rt):
+    with pytest.raises(InvalidArgumentError, match="'tpu'"):
+        await rt.engine("tpu")
+
+
+async def test_missing_index_lists_what_exists(rt):
+    with pytest.raises(EngineNotFoundError, match="index 7") as info:
+        await rt.engine("cpu", 7)
+    assert "cpu:0" in str(info.value)
+    assert isinstance(info.value, LookupError)
+
+
+@pytest.mark.parametrize("index", [-1, True, 1.0, "0"])
+async def test_bad_index(rt, index):
+    with pytest.raises(InvalidArgumentError, match=f"engine index {index!r}"):
+        await rt.engine("cpu", index)
+
+
+# -- identity and facts ------------------------------------------------------------------------
+
+
+async def test_identity_device_shared_context_distinct(rt):
+    """Compiled code keys on the device identity; per-context resources on the engine identity."""
+    a = await rt.engine("cpu", 0)
+    b = await rt.engine("cpu", 0)
+    assert a.cl_context.int_ptr != b.cl_context.int_ptr
+    assert a.identity.device == b.identity.device
+    assert hash(a.identity.device) == hash(b.identity.device)
+    assert a.identity != b.identity
+    assert a.identity == a.identity and hash(a.identity) == hash(a.identity)
+    assert len({a.identity, b.identity, a.identity}) == 2
+    assert a.identity.context == a.cl_context.int_ptr
+
+
+async def test_info_matches_the_device(engine):
+    info, device = engine.info, engine.cl_device
+    assert info.name == device.name.strip() and info.name
+    assert info.vendor == device.vendor.strip()
+    assert info.platform == device.platform.name.strip()
+    assert info.platform_version == device.platform.version.strip()
+    assert info.driver == device.driver_version.strip()
+    assert info.version == device.version.strip()
+    assert info.type in ("cpu", "gpu", "accelerator")
+    assert info.max_compute_units == device.max_compute_units >= 1
+    assert info.max_work_group_size == device.max_work_group_size >= 1
+    assert info.global_mem_size == device.global_mem_size > 0
+    assert info.queue_properties == device.queue_properties
+    assert info.extensions == tuple(sorted(device.extensions.split()))
+    hash(info)  # frozen facts
+
+
+async def test_identity_is_made_of_info(engine):
+    ident = engine.identity.device
+    info = engine.info
+    assert (ident.platform, ident.device, ident.vendor, ident.driver, ident.type) == (
+        info.platform, info.name, info.vendor, info.driver, info.type
+    )
+
+
+# -- the out-of-order strategy rule ------------------------------------------------------------
+
+POCL = dict(vendor="GenuineIntel", platform="Portable Computing Language", queue_properties=3)
+NVIDIA = dict(vendor="NVIDIA Corporation", platform="NVIDIA CUDA", queue_properties=3)
+
+
+@pytest.mark.parametrize(
+    "facts, kind, lanes",
+    [
+        (POCL, "native", 1),
+        (dict(POCL, vendor="AuthenticAMD"), "native", 1),
+        (dict(vendor="Intel(R) Corporation", platform="Intel(R) OpenCL Graphics", queue_properties=3),
+         "native", 1),
+        (NVIDIA, "lanes", 8),
+        (dict(vendor="nvidia", platform="some ICD", queue_properties=3), "lanes", 8),
+        (dict(vendor="Acme", platform="NVIDIA CUDA", queue_properties=3), "lanes", 8),
+        (dict(POCL, queue_properties=2), "lanes", 8),  # profiling only, no out-of-order
+        (dict(POCL, queue_properties=0), "lanes", 8),
+    ],
+    ids=["pocl", "amd-cpu", "intel-gpu", "nvidia", "nvidia-lowercase", "nvidia-platform",
+         "no-ooo-profiling", "no-ooo"],
+)
+def test_strategy_rule(facts, kind, lanes):
+    strategy = choose_out_of_order_strategy(**facts)
+    assert (strategy.kind, strategy.lanes) == (kind, lanes)
+    assert strategy.reason
+
+
+@pytest.mark.parametrize(
+    "override, kind, lanes",
+    [("native", "native", 1), ("lanes", "lanes", 8), ("lanes:4", "lanes", 4), ("lanes:1", "lanes", 1),
+     (" lanes:2 ", "lanes", 2)],
+)
+@pytest.mark.parametrize("facts", [POCL, NVIDIA, dict(POCL, queue_properties=0)],
+                         ids=["pocl", "nvidia", "no-ooo"])
+def test_strategy_override_wins(facts, override, kind, lanes):
+    strategy = choose_out_of_order_strategy(**facts, override=override)
+    assert (strategy.kind, strategy.lanes) == (kind, lanes)
+    assert strategy.reason == "TRIODNN_OOO_STRATEGY"
+
+
+def test_empty_override_means_no_override():
+    assert choose_out_of_order_strategy(**NVIDIA, override="").kind == "lanes"
+    assert choose_out_of_order_strategy(**POCL, override=None).kind == "native"
+
+
+@pytest.mark.parametrize("override", ["lanes:0", "lanes:-2", "lanes:x", "native:2", "fast", "LANES"])
+def test_invalid_override(override):
+    with pytest.raises(ValueError, match=f"TRIODNN_OOO_STRATEGY={override!r}"):
+        choose_out_of_order_strategy(**POCL, override=override)
+
+
+async def test_engine_applies_the_rule_to_its_device(rt, no_env):
+    engine = await rt.engine()
+    info = engine.info
+    expected = choose_out_of_order_strategy(
+        vendor=info.vendor, platform=info.platform, queue_properties=info.queue_properties
+    )
+    assert engine.out_of_order_strategy == expected
+
+
+async def test_pocl_out_of_order_stream_is_native(rt, no_env):
+    engine = await rt.engine("cpu", 0)
+    if "Portable Computing Language" not in engine.info.platform:
+        pytest.skip("cpu:0 is not PoCL here")
+    stream = await engine.stream(StreamFlags.out_of_order)
+    assert stream.strategy == "native"
+    (queue,) = stream.cl_queues
+    assert queue.properties & _OOO
+    assert stream.statistics().queues == 1
+
+    in_order = await engine.stream()
+    assert in_order.strategy == "in_order"
+    assert in_order.flags == StreamFlags.in_order
+    assert not in_order.cl_queues[0].properties & _OOO
+
+
+async def test_lanes_from_environment(rt, monkeypatch):
+    """The env override is read when the engine opens; out-of-order streams then get N in-order queues."""
+    monkeypatch.setenv("TRIODNN_OOO_STRATEGY", "lanes:3")
+    engine = await rt.engine()
+    assert (engine.out_of_order_strategy.kind, engine.out_of_order_strategy.lanes) == ("lanes", 3)
+    stream = await engine.stream(StreamFlags.out_of_order)
+    assert stream.strategy == "lanes"
+    assert len(stream.cl_queues) == 3
+    assert len({q.int_ptr for q in stream.cl_queues}) == 3
+    assert not any(q.properties & _OOO for q in stream.cl_queues)
+    assert stream.statistics().queues == 3
+    # An in-order stream of the same engine keeps one queue.
+    assert len((await engine.stream()).cl_queues) == 1
+
+
+async def test_invalid_strategy_environment_fails_engine_open(rt, monkeypatch):
+    monkeypatch.setenv("TRIODNN_OOO_STRATEGY", "lanes:0")
+    with pytest.raises(ValueError, match="TRIODNN_OOO_STRATEGY='lanes:0'"):
+        await rt.engine()
+
+
+# -- GPU (skipped without one) -----------------------------------------------------------------
+
+
+@pytest.mark.gpu
+async def test_gpu_engine_runs_relu(gpu_engine, rng):
+    x = rng.standard_normal((37,)).astype(np.float32)
+    relu = await gpu_engine.create_primitive(triodnn.EltwiseDesc("relu", triodnn.MemoryDesc((37,))))
+    src = await gpu_engine.from_numpy(x)
+    dst = gpu_engine.memory(src.desc)
+    stream = await gpu_engine.stream()
+    await stream.execute(relu, {"src": src, "dst": dst})
+    np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
