@@ -20,10 +20,11 @@ from ._spec import KernelConfig, KernelSpec, c_float, index_code, is_dense, padd
 # built-ins, and the ternary vectorises.
 _EXPRESSIONS: dict[str, str] = {
     "relu": "x > ($T)(0.0f) ? x : x * $alpha",
-    "gelu_erf": "($T)(0.5f) * x * (($T)(1.0f) + erf(x * ($T)(0.70710678118654752f)))",
+    # erfc and the logistic form avoid 1 + erf / 1 + tanh, which cancel for negative x (and
+    # PoCL's tanh(-inf) is -0.99999994, which left 0.5*x*(1+tanh) far off for large -x).
+    "gelu_erf": "($T)(0.5f) * x * erfc(x * ($T)(-0.70710678118654752f))",
     "gelu_tanh": (
-        "($T)(0.5f) * x * (($T)(1.0f) + tanh(($T)(0.79788456080286536f) * "
-        "(x + ($T)(0.044715f) * x * x * x)))"
+        "x / (($T)(1.0f) + exp(($T)(-1.5957691216057308f) * (x + ($T)(0.044715f) * x * x * x)))"
     ),
     "tanh": "tanh(x)",
     "sigmoid": "($T)(1.0f) / (($T)(1.0f) + exp(-x))",
