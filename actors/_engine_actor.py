@@ -140,6 +140,10 @@ class EngineActor:
         return buffer
 
     def release_buffer(self, buffer: cl.Buffer, nbytes: int) -> None:
+        """Stop counting ``buffer``; it is freed when its last reference goes.
+
+        No explicit ``buffer.release()``: a submission still in a stream actor's channel holds
+        the pyopencl object, and releasing it under that submission would crash the enqueue.
+        """
         self._live_buffers -= 1
         self._live_bytes -= nbytes
-        buffer.release()
