@@ -2,15 +2,15 @@
 
 Three paths deliver a completion; whichever sees it first wakes the waiting task:
 
-* **Queue waiters.** Each in-order OpenCL queue gets one daemon thread (started at the first
-  await) that blocks in ``clWaitForEvents`` on the oldest awaited event of that queue, then hands
-  the completion to trio with ``TrioToken.run_sync_soon``. In an in-order queue completions come
-  in submission order, so the oldest is the right one to wait for. Measured on NVIDIA, event
+* **Queue waiters.** Each OpenCL queue gets one daemon thread (started at the first await) that
+  blocks in ``clWaitForEvents`` on the oldest awaited event of that queue, then hands the
+  completion to trio with ``TrioToken.run_sync_soon``. In an in-order queue completions come in
+  submission order, so the oldest is the right one to wait for. Measured on NVIDIA, event
   callbacks fire 18–20 ms after the kernel ends while a blocking wait returns on time, and
-  pyopencl starts one OS thread per callback; a waiter thread avoids both.
-* **Callbacks**, for out-of-order queues (completion order unknown) and for an event awaited
-  after a later one of its queue is already being waited for: ``set_callback`` then
-  ``run_sync_soon``.
+  pyopencl starts one OS thread per callback; a waiter thread avoids both. It also delivers
+  failures, for which PoCL calls no callback at all.
+* **Callbacks**, added where the waiter may be late: out-of-order queues (completion order
+  unknown) and an event awaited after a later one of its queue is already being waited for.
 * **Polling on the trio thread.** A thread needs the GIL to reach trio, and a CPU-busy trio
   thread that checkpoints often can starve it for seconds. So a trio instrument polls pending
   events before every I/O wait, round-robin, a bounded number per pass: a completion is seen
@@ -62,8 +62,9 @@ class _PollInstrument(trio.abc.Instrument):
 class QueueWaiter:
     """One thread waiting on the awaited events of one in-order queue, oldest first."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, in_order: bool) -> None:
         self._name = name
+        self._in_order = in_order
         self._heap: list[tuple[int, int, cl.Event, object]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -73,18 +74,21 @@ class QueueWaiter:
     def watch(self, seq: int, cl_event: cl.Event, notify) -> bool:
         """Have ``notify()`` called from the thread once ``cl_event`` (number ``seq``) completes.
 
-        False when the thread is already blocked on a later event of the queue: it would see
-        this one late, so the caller takes another path.
+        Every watched event is delivered, failed ones included (PoCL calls no callback for an
+        event that ends in an error). Returns whether delivery will also be prompt: not when the
+        queue is out-of-order, nor when the thread is already blocked on a later event; then
+        the caller adds a faster path.
         """
         with self._cond:
-            if self._closed or seq < self._waiting_on:
+            if self._closed:
                 return False
+            timely = self._in_order and seq >= self._waiting_on
             heapq.heappush(self._heap, (seq, id(cl_event), cl_event, notify))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             self._cond.notify()
-            return True
+            return timely
 
     def close(self) -> None:
         """The thread delivers what it holds (the queue is finished by now) and exits."""
@@ -168,9 +172,8 @@ class CompletionActor:
         if pending is None:
             pending = self._pending[key] = _Pending(cl_event)
             self._poll_order.append(key)
-            if waiter is None or not waiter.watch(
-                seq, cl_event, functools.partial(self._from_thread, self._complete_by_waiter, key)
-            ):
+            notify = functools.partial(self._from_thread, self._complete_by_waiter, key)
+            if waiter is None or not waiter.watch(seq, cl_event, notify):
                 self._callbacks += 1
                 cl_event.set_callback(
                     _COMPLETE, functools.partial(self._from_callback, key)

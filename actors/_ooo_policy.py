@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import attrs
 
+from .._errors import InvalidArgumentError
+
 DEFAULT_LANES = 8
 _OUT_OF_ORDER_EXEC_MODE_ENABLE = 1  # CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
 
@@ -38,7 +40,7 @@ def parse_override(text: str) -> OutOfOrderStrategy:
             lanes = 0
         if lanes >= 1:
             return OutOfOrderStrategy("lanes", lanes, "TRIODNN_OOO_STRATEGY")
-    raise ValueError(
+    raise InvalidArgumentError(
         f"TRIODNN_OOO_STRATEGY={text!r} is not 'native', 'lanes' or 'lanes:N' with N >= 1"
     )
 

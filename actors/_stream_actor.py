@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 
 import pyopencl as cl
 import trio
@@ -59,9 +60,8 @@ class StreamActor:
                 self.mode = "lanes"
                 self.queues = [cl.CommandQueue(context, device, props) for _ in range(lanes)]
         self._context_ptr = context.int_ptr
-        # In-order queues complete in submission order: one thread per queue can wait for them.
         self.waiters = [
-            None if q.properties & _OOO else QueueWaiter(f"triodnn-queue-waiter-{i}")
+            QueueWaiter(f"triodnn-queue-waiter-{i}", in_order=not q.properties & _OOO)
             for i, q in enumerate(self.queues)
         ]
         self._lanes = len(self.queues) > 1
@@ -107,8 +107,8 @@ class StreamActor:
                     self._dispatch(request)
                     try:
                         request = self._recv.receive_nowait()
-                    except trio.WouldBlock:
-                        break
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break  # EndOfChannel: closed and drained; the async for ends next
                 self._flush()
         finally:
             with trio.CancelScope(shield=True):
@@ -120,8 +120,7 @@ class StreamActor:
         for queue in self.queues:
             await trio.to_thread.run_sync(queue.finish)
         for waiter in self.waiters:
-            if waiter is not None:
-                waiter.close()
+            waiter.close()
         self._inflight_copies.clear()
         # Anything still in the channel after a cancellation never reached OpenCL.
         while True:
@@ -172,13 +171,22 @@ class StreamActor:
         return wait_for
 
     def _bridge_foreign(self, cl_event: cl.Event) -> cl.UserEvent:
-        """An event of this context that completes (or fails) with one of another context."""
+        """An event of this context that completes (or fails) with one of another context.
+
+        A thread waits rather than an event callback: PoCL calls no CL_COMPLETE callback for an
+        event that ends in an error, and the dependent would then wait forever.
+        """
         user_event = cl.UserEvent(self.context)
 
-        def relay(status: int) -> None:
+        def relay() -> None:
+            try:
+                cl.wait_for_events([cl_event])
+            except cl.Error:
+                pass  # failed: its negative status is passed on below
+            status = cl_event.command_execution_status
             user_event.set_status(_COMPLETE if status >= 0 else status)
 
-        cl_event.set_callback(_COMPLETE, relay)
+        threading.Thread(target=relay, name="triodnn-foreign-dependency", daemon=True).start()
         return user_event
 
     def _choose_lane(self, wait_for: list[cl.Event]) -> int:

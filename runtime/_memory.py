@@ -97,4 +97,4 @@ def unstage(desc: MemoryDesc, staging: np.ndarray) -> np.ndarray:
     view = np.lib.stride_tricks.as_strided(
         staging, desc.dims, tuple(s * desc.itemsize for s in desc.strides), writeable=False
     )
-    return np.array(view)
+    return np.ascontiguousarray(view)

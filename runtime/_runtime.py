@@ -92,14 +92,14 @@ class Runtime:
     async def _open_engine(self, device: cl.Device, context: cl.Context, kind: str, index: int) -> Engine:
         self._check_open()
         info = DeviceInfo(**describe_device(device))
-        actor = EngineActor(device, context)
-        await self._start(actor, self._engines)
         strategy = choose_out_of_order_strategy(
             vendor=info.vendor,
             platform=info.platform,
             queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
         )
+        actor = EngineActor(device, context)
+        await self._start(actor, self._engines)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
         engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)
         return engine

@@ -391,13 +391,6 @@ _RELEASE_BEFORE_ENQUEUE = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a Memory released (explicitly or by GC) after stream.execute() but before the "
-    "stream actor enqueues the command frees the cl.Buffer still held by the pending request; "
-    "kernel.set_args then segfaults (runtime/_memory.py Memory.release / weakref finalizer -> "
-    "actors/_engine_actor.py release_buffer; Stream.execute keeps only memory.cl_buffer)",
-)
 @pytest.mark.parametrize("how", ["release", "gc"])
 def test_memory_released_right_after_submission_does_not_crash(how):
     """Run in a subprocess: the failure mode is a segfault that would kill the test session."""
@@ -472,14 +465,6 @@ _FOREIGN_FAILURE = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a dependency from another OpenCL context that FAILS never releases its dependent: "
-    "StreamActor._bridge_foreign relays the status from a CL_COMPLETE callback, and PoCL does not "
-    "call CL_COMPLETE callbacks for events that end with an error status; the dependent stays "
-    "QUEUED, `await` hangs and so does leaving open_runtime() (queue.finish, shielded). "
-    "actors/_stream_actor.py _bridge_foreign needs a fallback (e.g. poll the foreign event)",
-)
 @pytest.mark.parametrize("dep", ["event", "cl_event"])
 def test_failure_of_a_foreign_context_dependency_reaches_the_dependent(dep):
     """Run in a subprocess: the failure mode is a hang that no cancel scope can end."""

@@ -149,13 +149,6 @@ def test_body_exception_comes_out_as_itself_after_a_clean_shutdown():
     tolerance.check(read_back(state["dst"]), eltwise.reference("tanh", X), tolerance.eltwise("tanh"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the block exits while a stream actor still has submissions in its channel, "
-    "the actor's batch loop calls receive_nowait() on the closed, drained channel and only "
-    "catches trio.WouldBlock; trio.EndOfChannel escapes the actor and the runtime's nursery "
-    "(actors/_stream_actor.py StreamActor.serve, the receive_nowait() in the inner loop)",
-)
 @pytest.mark.parametrize("exit_by", ["return", "raise"])
 def test_work_submitted_just_before_exit_completes_quietly(exit_by):
     """Fire-and-forget: the last submissions are not awaited, not even enqueued, when the block ends."""
