@@ -45,6 +45,7 @@ class CompletionStatistics:
 
     pending: int
     callbacks_registered: int
+    waiter_watches: int
     completed_by_waiter: int
     completed_by_callback: int
     completed_by_poll: int
@@ -123,6 +124,7 @@ class CompletionActor:
         self._token: trio.lowlevel.TrioToken | None = None
         self._closed = False
         self._callbacks = 0
+        self._watches = 0
         self._by_waiter = 0
         self._by_callback = 0
         self._by_poll = 0
@@ -151,6 +153,7 @@ class CompletionActor:
         return CompletionStatistics(
             pending=len(self._pending),
             callbacks_registered=self._callbacks,
+            waiter_watches=self._watches,
             completed_by_waiter=self._by_waiter,
             completed_by_callback=self._by_callback,
             completed_by_poll=self._by_poll,
@@ -173,7 +176,9 @@ class CompletionActor:
             pending = self._pending[key] = _Pending(cl_event)
             self._poll_order.append(key)
             notify = functools.partial(self._from_thread, self._complete_by_waiter, key)
-            if waiter is None or not waiter.watch(seq, cl_event, notify):
+            timely = waiter is not None and waiter.watch(seq, cl_event, notify)
+            self._watches += waiter is not None
+            if not timely:
                 self._callbacks += 1
                 cl_event.set_callback(
                     _COMPLETE, functools.partial(self._from_callback, key)

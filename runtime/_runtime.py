@@ -80,10 +80,14 @@ class Runtime:
         """Open an engine (a new OpenCL context) on device ``kind:index``.
 
         With no arguments: ``$TRIODNN_ENGINE`` if set (``gpu:0`` …), else the first CPU device,
-        PoCL's, which ``pyopencl[pocl]`` installs everywhere.
+        PoCL's, which ``pyopencl[pocl]`` installs everywhere (the first device of any kind where
+        no CPU device is registered).
         """
         if kind is None:
-            kind, default_index = parse_engine_spec(os.environ.get(DEFAULT_ENGINE_ENV, "cpu:0"))
+            spec = os.environ.get(DEFAULT_ENGINE_ENV) or (
+                "cpu:0" if any(r.kind == "cpu" for r in list_devices()) else "any:0"
+            )
+            kind, default_index = parse_engine_spec(spec)
             index = default_index if index is None else index
         record = find_device(kind, 0 if index is None else index)
         context = cl.Context([record.device])

@@ -18,18 +18,20 @@ import triodnn
 COMPLETE = cl.command_execution_status.COMPLETE
 
 
-def has_gpu() -> bool:
-    return any(record.kind == "gpu" for record in triodnn.available_engines())
+def has_kind(kind: str) -> bool:
+    return any(record.kind == kind for record in triodnn.available_engines())
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` skip cleanly where no GPU OpenCL device is registered (CI)."""
-    if has_gpu():
-        return
-    skip = pytest.mark.skip(reason="no OpenCL GPU device (triodnn.available_engines() has no 'gpu')")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    """Tests marked ``gpu`` skip cleanly where no GPU OpenCL device is registered (CI); tests
+    marked ``cpu`` where no CPU device is (a GPU machine whose ICD list holds the GPU only)."""
+    for kind in ("gpu", "cpu"):
+        if has_kind(kind):
+            continue
+        skip = pytest.mark.skip(reason=f"no OpenCL {kind.upper()} device (triodnn.available_engines() has no {kind!r})")
+        for item in items:
+            if kind in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ async def engine(rt):
 
 @pytest.fixture
 async def gpu_engine(rt):
-    if not has_gpu():
+    if not has_kind("gpu"):
         pytest.skip("no OpenCL GPU device (triodnn.available_engines() has no 'gpu')")
     return await rt.engine("gpu", 0)
 

@@ -23,6 +23,7 @@ def no_env(monkeypatch):
 # -- discovery ---------------------------------------------------------------------------------
 
 
+@pytest.mark.cpu
 def test_available_engines_lists_a_cpu_with_indices_per_kind():
     records = triodnn.available_engines()
     assert any(r.kind == "cpu" for r in records)
@@ -31,6 +32,7 @@ def test_available_engines_lists_a_cpu_with_indices_per_kind():
     assert all(r.label == f"{r.kind}:{r.index}" for r in records)
 
 
+@pytest.mark.cpu
 async def test_default_engine_is_cpu0(rt, no_env):
     engine = await rt.engine()
     assert (engine.kind, engine.index) == ("cpu", 0)
@@ -40,6 +42,7 @@ async def test_default_engine_is_cpu0(rt, no_env):
     assert not engine.closed
 
 
+@pytest.mark.cpu
 async def test_engine_env_picks_the_default(rt, monkeypatch):
     monkeypatch.setenv("TRIODNN_ENGINE", "cpu:0")
     engine = await rt.engine()
@@ -59,6 +62,7 @@ async def test_unknown_kind(rt):
         await rt.engine("tpu")
 
 
+@pytest.mark.cpu
 async def test_missing_index_lists_what_exists(rt):
     with pytest.raises(EngineNotFoundError, match="index 7") as info:
         await rt.engine("cpu", 7)
@@ -66,6 +70,7 @@ async def test_missing_index_lists_what_exists(rt):
     assert isinstance(info.value, LookupError)
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize("index", [-1, True, 1.0, "0"])
 async def test_bad_index(rt, index):
     with pytest.raises(InvalidArgumentError, match=f"engine index {index!r}"):
@@ -75,6 +80,7 @@ async def test_bad_index(rt, index):
 # -- identity and facts ------------------------------------------------------------------------
 
 
+@pytest.mark.cpu
 async def test_identity_device_shared_context_distinct(rt):
     """Compiled code keys on the device identity; per-context resources on the engine identity."""
     a = await rt.engine("cpu", 0)
@@ -174,6 +180,7 @@ async def test_engine_applies_the_rule_to_its_device(rt, no_env):
     assert engine.out_of_order_strategy == expected
 
 
+@pytest.mark.cpu
 async def test_pocl_out_of_order_stream_is_native(rt, no_env):
     engine = await rt.engine("cpu", 0)
     if "Portable Computing Language" not in engine.info.platform:
