@@ -90,6 +90,20 @@ def extra_args(parser) -> None:
                         help="how the busy task yields: trio.lowlevel.checkpoint() or trio.sleep(0)")
 
 
+
+def wake_on_callback(token, cl_event) -> trio.Event:
+    """The baseline: a trio.Event set by an OpenCL completion callback, and nothing else."""
+    woken = trio.Event()
+
+    def on_complete(status):
+        try:
+            token.run_sync_soon(woken.set)
+        except trio.RunFinishedError:
+            pass
+
+    cl_event.set_callback(COMPLETE, on_complete)
+    return woken
+
 class Setter:
     """One OS thread that, per job, sleeps a little, records the time and sets a user event."""
 
@@ -197,16 +211,7 @@ class CallbackVariant:
         user_event = cl.UserEvent(context)
         marker = cl.enqueue_marker(self.queue, wait_for=[user_event])
         self.queue.flush()
-        woken = trio.Event()
-        token = self.token
-
-        def on_complete(status, woken=woken):
-            try:
-                token.run_sync_soon(woken.set)
-            except trio.RunFinishedError:
-                pass
-
-        marker.set_callback(COMPLETE, on_complete)
+        woken = wake_on_callback(self.token, marker)
         job = setter.fire(user_event, delay)
         # On a timeout the late callback later sets a trio.Event nobody waits for: harmless.
         return await wait_bounded(woken.wait, job, bound, delay)
@@ -242,16 +247,7 @@ class KernelSection:
     async def callback(self, limit: float) -> tuple[float, bool]:
         t0 = perf()
         event = self._raw_launch()
-        woken = trio.Event()
-        token = self.token
-
-        def on_complete(status, woken=woken):
-            try:
-                token.run_sync_soon(woken.set)
-            except trio.RunFinishedError:
-                pass
-
-        event.set_callback(COMPLETE, on_complete)
+        woken = wake_on_callback(self.token, event)
         with trio.move_on_after(limit):
             await woken.wait()
             return perf() - t0, False
