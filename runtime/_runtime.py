@@ -90,7 +90,9 @@ class Runtime:
             kind, default_index = parse_engine_spec(spec)
             index = default_index if index is None else index
         record = find_device(kind, 0 if index is None else index)
-        context = cl.Context([record.device])
+        # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
+        # it off the trio thread.
+        context = await trio.to_thread.run_sync(cl.Context, [record.device])
         return await self._open_engine(record.device, context, kind, record.index)
 
     async def _open_engine(self, device: cl.Device, context: cl.Context, kind: str, index: int) -> Engine:
