@@ -7,13 +7,27 @@ and completions come back through event callbacks and the completion actor.
 
 from ._completion import CompletionActor
 from ._devices import DeviceRecord, describe_device, device_kind, list_devices
-from ._engine_actor import EngineActor
+from ._engine_actor import BuildRequest, BuiltKernel, EngineActor
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
+from ._primitive_cache import (
+    CacheActor,
+    PrimitiveCache,
+    PrimitiveCacheStatistics,
+    capacity_from_env,
+    global_primitive_cache,
+)
 from ._reply import ReplySlot
 from ._submission import Submission
 from ._stream_actor import StreamActor
 
 __all__ = [
+    "BuildRequest",
+    "BuiltKernel",
+    "CacheActor",
+    "PrimitiveCache",
+    "PrimitiveCacheStatistics",
+    "capacity_from_env",
+    "global_primitive_cache",
     "CompletionActor",
     "DeviceRecord",
     "EngineActor",

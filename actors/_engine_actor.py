@@ -1,4 +1,5 @@
-"""The engine actor: owns one OpenCL context on one device, builds programs and allocates buffers.
+"""The engine actor: owns one OpenCL context on one device, builds programs, keeps per-context
+primitive resources and allocates buffers.
 
 Program builds take 0.15–0.8 s on PoCL and release the GIL, so they run in worker threads under
 a capacity limiter, inside the actor's own nursery: a requester that is cancelled stops waiting,
@@ -22,28 +23,39 @@ from ._reply import ReplySlot
 
 @attrs.frozen
 class BuildRequest:
-    """What to compile: one program, its kernel, and how to warm that kernel up."""
+    """What to compile: a primitive descriptor for a kernel configuration, from source or binary.
 
-    source: str
-    kernel_name: str
+    The descriptor's ``generate(config)`` runs in the build thread too: source generation is the
+    descriptor's business and may take its time.
+    """
+
+    desc: object = attrs.field(eq=False)
+    config: object
     options: tuple[str, ...] = ()
-    warmup_local_size: tuple[int, ...] | None = None
-    warmup_buffer_bytes: tuple[int, ...] = ()
+    binary: bytes | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
 class BuiltKernel:
+    """A kernel ready on this engine's context, and what makes it context-independent."""
+
+    spec: object = attrs.field(eq=False)
     program: cl.Program = attrs.field(eq=False)
     kernel: cl.Kernel = attrs.field(eq=False)
-    build_seconds: float
+    binary: bytes = attrs.field(eq=False, repr=False)
+    seconds: float
 
 
 @attrs.frozen
 class EngineActorStatistics:
+    """Live device buffers, programs compiled from source, programs loaded from binaries."""
+
     live_buffers: int
     live_bytes: int
     programs_built: int
+    programs_loaded: int
     builds_in_flight: int
+    resources: int
 
 
 class EngineActor:
@@ -57,7 +69,12 @@ class EngineActor:
         self._live_buffers = 0
         self._live_bytes = 0
         self._programs_built = 0
+        self._programs_loaded = 0
         self._builds_in_flight = 0
+        # Per-context objects of cached primitives, by primitive cache key: a cache hit on this
+        # engine is then a dictionary lookup, a hit from another context one load from binary.
+        self._resources: dict[object, BuiltKernel] = {}
+        self._resource_loads: dict[object, ReplySlot] = {}
         self.closed = False
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -72,18 +89,49 @@ class EngineActor:
 
     def statistics(self) -> EngineActorStatistics:
         return EngineActorStatistics(
-            self._live_buffers, self._live_bytes, self._programs_built, self._builds_in_flight
+            self._live_buffers, self._live_bytes, self._programs_built, self._programs_loaded,
+            self._builds_in_flight, len(self._resources),
         )
 
     # -- builds ------------------------------------------------------------------------------
 
     async def build(self, request: BuildRequest) -> BuiltKernel:
+        """Compile (or load) in a worker thread of the actor's nursery; the caller only waits."""
         reply = ReplySlot()
         try:
             self._send.send_nowait((request, reply))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ClosedError("the engine is closed (its runtime has shut down)") from None
         return await reply.get()
+
+    def adopt(self, key, built: BuiltKernel) -> None:
+        """Keep ``built`` as this engine's resources for cache key ``key``."""
+        self._resources[key] = built
+
+    async def resources(self, key, load: BuildRequest) -> BuiltKernel:
+        """This engine's kernel for ``key``: kept, being loaded, or loaded now from ``load``.
+
+        Concurrent requests for one key share one load.
+        """
+        built = self._resources.get(key)
+        if built is not None:
+            await trio.lowlevel.checkpoint()
+            return built
+        slot = self._resource_loads.get(key)
+        if slot is None:
+            slot = self._resource_loads[key] = ReplySlot()
+            try:
+                built = await self.build(load)
+            except BaseException as exc:
+                slot.set_error(exc)
+                raise
+            else:
+                self._resources[key] = built
+                slot.set_value(built)
+            finally:
+                del self._resource_loads[key]
+            return built
+        return await slot.get()
 
     async def _build(self, request: BuildRequest, reply: ReplySlot) -> None:
         self._builds_in_flight += 1
@@ -94,36 +142,42 @@ class EngineActor:
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._programs_built += 1
+            if request.binary is None:
+                self._programs_built += 1
+            else:
+                self._programs_loaded += 1
             reply.set_value(built)
         finally:
             self._builds_in_flight -= 1
 
     def _build_in_thread(self, request: BuildRequest) -> BuiltKernel:
         started = time.perf_counter()
-        program = cl.Program(self.context, request.source)
+        spec = request.desc.generate(request.config)
+        if request.binary is None:
+            program = cl.Program(self.context, spec.source)
+        else:
+            program = cl.Program(self.context, [self.device], [request.binary])
         try:
             program.build(options=list(request.options))
         except cl.Error as exc:
             raise BuildError(
-                f"OpenCL build of kernel {request.kernel_name!r} failed on {self.device.name.strip()}:\n{exc}"
+                f"OpenCL build of kernel {spec.name!r} ({request.desc.label}) failed on "
+                f"{self.device.name.strip()}:\n{exc}"
             ) from None
-        kernel = cl.Kernel(program, request.kernel_name)
-        if request.warmup_local_size is not None:
-            self._warm_up(kernel, request)
-        return BuiltKernel(program, kernel, time.perf_counter() - started)
+        kernel = cl.Kernel(program, spec.name)
+        # PoCL compiles the work-group function at a kernel's first launch (35-140 ms): launch
+        # one work-group now, so the first execution is as fast as any, and take the binary after.
+        arg_descs = request.desc.arg_descs
+        self._warm_up(kernel, spec.local_size, [arg_descs[name].nbytes for name in spec.arg_names])
+        binary = request.binary if request.binary is not None else program.binaries[0]
+        return BuiltKernel(spec, program, kernel, binary, time.perf_counter() - started)
 
-    def _warm_up(self, kernel: cl.Kernel, request: BuildRequest) -> None:
+    def _warm_up(self, kernel: cl.Kernel, local_size: tuple[int, ...], buffer_bytes: list[int]) -> None:
         if self._warm_queue is None:
             self._warm_queue = cl.CommandQueue(self.context, self.device)
-        buffers = [cl.Buffer(self.context, cl.mem_flags.READ_WRITE, n) for n in request.warmup_buffer_bytes]
-        try:
-            kernel.set_args(*buffers)
-            local = request.warmup_local_size
-            cl.enqueue_nd_range_kernel(self._warm_queue, kernel, local, local).wait()
-        finally:
-            for buffer in buffers:
-                buffer.release()
+        buffers = [cl.Buffer(self.context, cl.mem_flags.READ_WRITE, n) for n in buffer_bytes]
+        kernel.set_args(*buffers)
+        cl.enqueue_nd_range_kernel(self._warm_queue, kernel, local_size, local_size).wait()
 
     # -- memory ------------------------------------------------------------------------------
 

@@ -29,7 +29,14 @@ from ._event import Event, ProfilingTimes
 from ._memory import Memory
 from ._memory_desc import MemoryDesc
 from ._primitive import Primitive
+from ._primitive_cache import (
+    PrimitiveCacheStatistics,
+    get_primitive_cache_capacity,
+    primitive_cache_statistics,
+    set_primitive_cache_capacity,
+)
 from ._primitive_desc import BinaryDesc, EltwiseDesc
+from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
 
@@ -56,6 +63,9 @@ __all__ = [
     "MissingArgumentError",
     "NotSubmittedError",
     "Primitive",
+    "PrimitiveCacheStatistics",
+    "PrimitiveImpl",
+    "PrimitiveKey",
     "ProfilingError",
     "ProfilingTimes",
     "Runtime",
@@ -66,6 +76,9 @@ __all__ = [
     "UnsupportedError",
     "available_engines",
     "current_runtime",
+    "get_primitive_cache_capacity",
     "ocl_interop",
     "open_runtime",
+    "primitive_cache_statistics",
+    "set_primitive_cache_capacity",
 ]

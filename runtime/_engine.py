@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -13,9 +15,10 @@ from ._memory import Memory
 from ._memory_desc import MemoryDesc
 from ._primitive import Primitive
 from ._stream import Stream, StreamFlags
-from .actors import EngineActor
-from .actors._engine_actor import BuildRequest
-from .kernels import select_config
+from . import _verbose as verbose
+from ._primitive_key import PrimitiveImpl, PrimitiveKey
+from .actors import BuildRequest, EngineActor
+from .kernels import KernelConfig, select_config
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -77,13 +80,24 @@ class Engine:
     _runtime: Runtime = attrs.field(alias="runtime", repr=False)
     out_of_order_strategy: object = attrs.field(repr=False, default=None)
     _host_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
+    _config: KernelConfig = attrs.field(init=False, repr=False)
+    _device_identity: DeviceIdentity = attrs.field(init=False, repr=False)
+    _build_options: tuple[str, ...] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._config = select_config(self.info.type, self.info.max_work_group_size)
+        self._device_identity = DeviceIdentity.of(self.info)
+        # OpenCL lets f32 division and sqrt be off by 2.5-3 ulp; where the device can round them
+        # correctly, ask for it, so binary div matches numpy as add and mul do.
+        correct = self.info.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+        self._build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) if correct else ()
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.index} ({self.info.name})"
 
     @property
     def identity(self) -> EngineIdentity:
-        return EngineIdentity(DeviceIdentity.of(self.info), self.cl_context.int_ptr)
+        return EngineIdentity(self._device_identity, self.cl_context.int_ptr)
 
     @property
     def cl_context(self) -> cl.Context:
@@ -96,14 +110,6 @@ class Engine:
     @property
     def closed(self) -> bool:
         return self._actor.closed
-
-    @property
-    def _build_options(self) -> tuple[str, ...]:
-        # OpenCL lets f32 division and sqrt be off by 2.5-3 ulp; where the device can round them
-        # correctly, ask for it, so binary div matches numpy as add and mul do.
-        if self.info.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
-            return ("-cl-fp32-correctly-rounded-divide-sqrt",)
-        return ()
 
     def statistics(self):
         """Live buffers and bytes, programs built, builds in flight (a frozen record)."""
@@ -133,17 +139,38 @@ class Engine:
         return await self._runtime._open_stream(self, flags)
 
     async def create_primitive(self, desc) -> Primitive:
-        """Compile ``desc`` (an EltwiseDesc, BinaryDesc …) for this engine."""
-        if not hasattr(desc, "generate") or not hasattr(desc, "arg_descs"):
+        """``desc`` (an EltwiseDesc, BinaryDesc …) compiled for this engine, through the cache.
+
+        A cache hit on this engine costs dictionary lookups; a hit made on another context of
+        the same device loads the cached binary here once; a miss compiles in a worker thread of
+        the cache actor's nursery, and concurrent requests for the key wait for that one build.
+        """
+        if not all(hasattr(desc, name) for name in ("generate", "arg_descs", "kind", "label")):
             raise InvalidArgumentError(f"desc is {type(desc).__name__}, not a triodnn primitive descriptor")
-        config = select_config(self.info.type, self.info.max_work_group_size)
-        spec = desc.generate(config)
-        request = BuildRequest(
-            source=spec.source,
-            kernel_name=spec.name,
-            options=self._build_options,
-            warmup_local_size=spec.local_size,
-            warmup_buffer_bytes=tuple(desc.arg_descs[name].nbytes for name in spec.arg_names),
+        check = getattr(desc, "check_supported", None)
+        if check is not None:
+            check()
+        started = time.perf_counter()
+        key = PrimitiveKey(
+            kind=desc.kind,
+            desc=desc,
+            attr=(),
+            impl=self._config.name,
+            config=self._config,
+            engine_kind=self.info.type,
+            runtime_kind="ocl",
+            device=self._device_identity,
+            build_options=self._build_options,
         )
-        built = await self._actor.build(request)
-        return Primitive(self, desc, spec, kernel=built.kernel, build_seconds=built.build_seconds)
+        impl, how = await self._runtime._cache_actor.get(key, functools.partial(self._build_impl, key))
+        built = await self._actor.resources(
+            key, BuildRequest(desc, self._config, self._build_options, binary=impl.binary)
+        )
+        primitive = Primitive(self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds)
+        verbose.primitive_created(how, self, primitive, time.perf_counter() - started)
+        return primitive
+
+    async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
+        built = await self._actor.build(BuildRequest(key.desc, key.config, key.build_options))
+        self._actor.adopt(key, built)
+        return PrimitiveImpl(key, built.spec, built.binary, built.seconds)

@@ -81,8 +81,11 @@ class EltwiseDesc:
     def label(self) -> str:
         return f"eltwise:{self.alg}"
 
-    def generate(self, config: KernelConfig) -> KernelSpec:
+    def check_supported(self) -> None:
         _require_f32(self.kind, self.arg_descs)
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        self.check_supported()
         return eltwise_kernels.generate(
             self.alg,
             dims=self.src.dims,
@@ -136,8 +139,11 @@ class BinaryDesc:
     def label(self) -> str:
         return f"binary:{self.alg}"
 
-    def generate(self, config: KernelConfig) -> KernelSpec:
+    def check_supported(self) -> None:
         _require_f32(self.kind, self.arg_descs)
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        self.check_supported()
         return binary_kernels.generate(
             self.alg,
             src0_dims=self.src0.dims,

@@ -14,12 +14,14 @@ from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._stream import Stream, StreamFlags, check_flags
 from .actors import (
+    CacheActor,
     CompletionActor,
     DeviceRecord,
     EngineActor,
     StreamActor,
     choose_out_of_order_strategy,
     describe_device,
+    global_primitive_cache,
     list_devices,
 )
 
@@ -72,6 +74,8 @@ class Runtime:
     def __init__(self, nursery: trio.Nursery, completion: CompletionActor) -> None:
         self._nursery = nursery
         self._completion = completion
+        self._cache_actor: CacheActor | None = None
+        self._caches: list[tuple[CacheActor, trio.Event]] = []
         self._streams: list[tuple[StreamActor, trio.Event]] = []
         self._engines: list[tuple[EngineActor, trio.Event]] = []
         self.closed = False
@@ -145,7 +149,7 @@ class Runtime:
     async def _shutdown(self) -> None:
         """Streams drain and finish their queues, engines finish their builds, then callbacks stop."""
         self.closed = True
-        for registry in (self._streams, self._engines):
+        for registry in (self._streams, self._caches, self._engines):
             for actor, _ in registry:
                 actor.close()
             for _, exited in registry:
@@ -177,6 +181,8 @@ async def open_runtime() -> AsyncIterator[Runtime]:
             await nursery.start(run_completion)
             runtime = Runtime(nursery, completion)
             runtime._completion_scope = completion_scope
+            runtime._cache_actor = CacheActor(global_primitive_cache())
+            await runtime._start(runtime._cache_actor, runtime._caches)
             token = _current.set(runtime)
             try:
                 yield runtime

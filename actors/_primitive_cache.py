@@ -1,0 +1,258 @@
+"""The process-global primitive cache and the per-runtime actor that builds its entries.
+
+Entries are context-independent primitive implementations (generated source, compiled binary),
+kept in LRU order up to a capacity. A request for a key that is being built joins that build, from
+any trio task of any trio run in the process (one per OS thread, say): one build, one miss, every
+other request a coalesced wait. The build itself runs in the requesting runtime's cache actor
+nursery, so a requester that is cancelled never cancels it for the others. When a build fails,
+every waiter gets a fresh exception chained to the builder's, and nothing stays in the cache.
+
+State lives behind one ``threading.Lock`` held for dictionary operations only.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+
+import attrs
+import trio
+
+from .._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
+
+DEFAULT_CAPACITY = 1024
+CAPACITY_ENV_VARS = (
+    "TRIODNN_PRIMITIVE_CACHE_CAPACITY",
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
+    "DNNL_PRIMITIVE_CACHE_CAPACITY",
+)
+
+
+def capacity_from_env(environ: Mapping[str, str] = os.environ) -> int:
+    """The first of ``CAPACITY_ENV_VARS`` set to a non-negative integer, else 1024."""
+    for name in CAPACITY_ENV_VARS:
+        value = environ.get(name)
+        if value is None:
+            continue
+        try:
+            capacity = int(value)
+        except ValueError:
+            continue
+        if capacity >= 0:
+            return capacity
+    return DEFAULT_CAPACITY
+
+
+def check_capacity(capacity) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise InvalidArgumentError(f"capacity {capacity!r} must be a non-negative integer")
+    return capacity
+
+
+@attrs.frozen
+class PrimitiveCacheStatistics:
+    """A snapshot of the primitive cache: entries, capacity and what requests found."""
+
+    size: int
+    capacity: int
+    hits: int
+    misses: int
+    evictions: int
+    coalesced_waits: int
+    in_flight_builds: int
+    failed_builds: int
+
+
+class Flight:
+    """One build in progress; any trio run in the process may wait for it."""
+
+    def __init__(self, key) -> None:
+        self.key = key
+        self._lock = threading.Lock()
+        self._finished = False
+        self._value = None
+        self._error: BaseException | None = None
+        self._waiters: list[tuple[trio.lowlevel.TrioToken, trio.Event]] = []
+
+    def finish(self, value=None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+            self._value, self._error = value, error
+            waiters, self._waiters = self._waiters, []
+        here = trio.lowlevel.current_trio_token()
+        for token, event in waiters:
+            if token is here:
+                event.set()
+            else:
+                try:
+                    token.run_sync_soon(event.set)
+                except trio.RunFinishedError:
+                    pass  # that waiter's run is over
+
+    async def wait(self):
+        """The built value; the build's failure re-raised as a fresh exception chained to it."""
+        with self._lock:
+            finished = self._finished
+            if not finished:
+                event = trio.Event()
+                self._waiters.append((trio.lowlevel.current_trio_token(), event))
+        if finished:
+            await trio.lowlevel.checkpoint()
+        else:
+            await event.wait()
+        if self._error is not None:
+            error = self._error
+            kind = type(error) if isinstance(error, TriodnnError) else BuildError
+            raise kind(f"creating the primitive failed: {error}") from error
+        return self._value
+
+
+class PrimitiveCache:
+    """LRU of built implementations plus the builds in flight, shared by every runtime."""
+
+    def __init__(self, capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._capacity = capacity
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._flights: dict[object, Flight] = {}
+        self._hits = self._misses = self._evictions = self._coalesced = self._failed = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def set_capacity(self, capacity: int) -> None:
+        """Lower evicts least recently used entries; 0 empties the cache and disables it."""
+        capacity = check_capacity(capacity)
+        with self._lock:
+            self._capacity = capacity
+            self._evict_locked()
+
+    def statistics(self) -> PrimitiveCacheStatistics:
+        with self._lock:
+            return PrimitiveCacheStatistics(
+                size=len(self._entries),
+                capacity=self._capacity,
+                hits=self._hits,
+                misses=self._misses,
+                evictions=self._evictions,
+                coalesced_waits=self._coalesced,
+                in_flight_builds=len(self._flights),
+                failed_builds=self._failed,
+            )
+
+    def lookup(self, key) -> tuple[str, object]:
+        """``("hit", value)``, ``("join", flight)`` or ``("build", flight)``: the caller builds."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+                self._hits += 1
+                return "hit", value
+            if self._capacity == 0:
+                self._misses += 1
+                return "build", Flight(key)  # disabled: a private build, shared with nobody
+            flight = self._flights.get(key)
+            if flight is not None:
+                self._coalesced += 1
+                return "join", flight
+            self._misses += 1
+            flight = self._flights[key] = Flight(key)
+            return "build", flight
+
+    def complete(self, flight: Flight, value=None, error: BaseException | None = None) -> None:
+        """Record a finished build (entry on success, none on failure) and wake its waiters."""
+        with self._lock:
+            if self._flights.get(flight.key) is flight:
+                del self._flights[flight.key]
+            if error is not None:
+                self._failed += 1
+            elif self._capacity > 0:
+                self._entries[flight.key] = value
+                self._entries.move_to_end(flight.key)
+                self._evict_locked()
+        flight.finish(value, error)
+
+    def insert(self, key, value) -> bool:
+        """Add a ready entry (from a cache blob); False when the key is present or cache disabled."""
+        with self._lock:
+            if self._capacity == 0 or key in self._entries:
+                return False
+            self._entries[key] = value
+            self._evict_locked()
+            return True
+
+    def values(self) -> list:
+        with self._lock:
+            return list(self._entries.values())
+
+    def _evict_locked(self) -> None:
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+            self._evictions += 1
+
+
+_global: PrimitiveCache | None = None
+_global_lock = threading.Lock()
+
+
+def global_primitive_cache() -> PrimitiveCache:
+    """The process's primitive cache, created at first use with the capacity the env vars give."""
+    global _global
+    if _global is None:
+        with _global_lock:
+            if _global is None:
+                _global = PrimitiveCache(capacity_from_env())
+    return _global
+
+
+class CacheActor:
+    """Runs the builds a runtime's requests start, in its own nursery, behind a limiter."""
+
+    def __init__(self, cache: PrimitiveCache, *, concurrent_builds: int = 4) -> None:
+        self.cache = cache
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self._limiter = trio.CapacityLimiter(concurrent_builds)
+        self.closed = False
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as builds:
+            task_status.started(self)
+            async for flight, build in self._recv:
+                builds.start_soon(self._build, flight, build)
+
+    def close(self) -> None:
+        self.closed = True
+        self._send.close()
+
+    async def get(self, key, build: Callable[[], Awaitable[object]]) -> tuple[object, str]:
+        """The cached value for ``key`` and how it was found: ``cache_hit``, ``cache_miss`` or
+        ``cache_coalesced`` (joined a build already in flight)."""
+        outcome, found = self.cache.lookup(key)
+        if outcome == "hit":
+            await trio.lowlevel.checkpoint()
+            return found, "cache_hit"
+        if outcome == "build":
+            try:
+                self._send.send_nowait((found, build))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self.cache.complete(found, error=ClosedError("the runtime is closed"))
+            return await found.wait(), "cache_miss"
+        return await found.wait(), "cache_coalesced"
+
+    async def _build(self, flight: Flight, build) -> None:
+        try:
+            async with self._limiter:
+                value = await build()
+        except BaseException as exc:
+            self.cache.complete(flight, error=exc if isinstance(exc, Exception) else ClosedError(
+                "the runtime shut down before the build finished"))
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self.cache.complete(flight, value)
