@@ -13,6 +13,7 @@ from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
 from ._errors import (
     ArgumentMismatchError,
     BuildError,
+    CacheBlobError,
     ClosedError,
     DependencyError,
     EngineMismatchError,
@@ -40,12 +41,13 @@ from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "ArgumentMismatchError",
     "BinaryDesc",
     "BuildError",
+    "CacheBlobError",
     "ClosedError",
     "DependencyError",
     "DeviceIdentity",

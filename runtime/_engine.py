@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 import pyopencl as cl
+import trio
 
-from ._errors import ClosedError, InvalidArgumentError
+from ._errors import CacheBlobError, ClosedError, InvalidArgumentError
 from ._memory import Memory
 from ._memory_desc import MemoryDesc
 from ._primitive import Primitive
 from ._stream import Stream, StreamFlags
+from . import _cache_blob
 from . import _verbose as verbose
+from ._version import __version__
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from .actors import BuildRequest, EngineActor
 from .kernels import KernelConfig, select_config
@@ -163,12 +166,54 @@ class Engine:
             build_options=self._build_options,
         )
         impl, how = await self._runtime._cache_actor.get(key, functools.partial(self._build_impl, key))
-        built = await self._actor.resources(
-            key, BuildRequest(desc, self._config, self._build_options, binary=impl.binary)
+        built = await self._resources_from(impl)
+        primitive = Primitive(
+            self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds, entry=impl
         )
-        primitive = Primitive(self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds)
         verbose.primitive_created(how, self, primitive, time.perf_counter() - started)
         return primitive
+
+    def primitive_cache_blob(self) -> bytes:
+        """Every cached implementation for this engine's device, as bytes: what
+        ``load_primitive_cache_blob`` needs, in a new process, to create them without compiling."""
+        cache = self._runtime._cache_actor.cache
+        impls = [
+            impl for impl in cache.values()
+            if impl.key.device == self._device_identity and _cache_blob.serializable(impl.key)
+        ]
+        return _cache_blob.dump(impls, self._device_identity, __version__)
+
+    async def load_primitive_cache_blob(self, blob: bytes) -> int:
+        """Put the blob's implementations into the primitive cache and load their binaries on this
+        engine; returns how many it held. ``CacheBlobError`` for a blob of another device or
+        triodnn version, or a corrupt one; nothing is loaded then."""
+        impls = _cache_blob.load(blob, self._device_identity, __version__)
+        cache = self._runtime._cache_actor.cache
+        async with trio.open_nursery() as nursery:
+            for impl in impls:
+                cache.insert(impl.key, impl)
+                nursery.start_soon(self._resources_from, impl)
+        return len(impls)
+
+    async def create_primitive_from_cache_blob(self, blob: bytes) -> Primitive:
+        """The primitive stored by ``primitive.cache_blob()``, loaded from its binary (no compile).
+        Its implementation also enters the primitive cache."""
+        impls = _cache_blob.load(blob, self._device_identity, __version__)
+        if len(impls) != 1:
+            raise CacheBlobError(f"blob holds {len(impls)} primitives; expected one (primitive.cache_blob())")
+        (impl,) = impls
+        self._runtime._cache_actor.cache.insert(impl.key, impl)
+        built = await self._resources_from(impl)
+        return Primitive(
+            self, impl.key.desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds,
+            entry=impl,
+        )
+
+    async def _resources_from(self, impl: PrimitiveImpl):
+        key = impl.key
+        return await self._actor.resources(
+            key, BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
+        )
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
         built = await self._actor.build(BuildRequest(key.desc, key.config, key.build_options))

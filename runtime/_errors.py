@@ -24,6 +24,10 @@ class ArgumentMismatchError(InvalidArgumentError):
     """An argument is well formed but does not match what the primitive or stream expects."""
 
 
+class CacheBlobError(InvalidArgumentError):
+    """A cache blob is corrupt, or was made by another triodnn version or for another device."""
+
+
 class EngineNotFoundError(TriodnnError, LookupError):
     """No OpenCL device matches the requested engine kind and index."""
 

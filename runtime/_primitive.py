@@ -29,6 +29,7 @@ class Primitive:
     spec: KernelSpec = attrs.field(repr=False)
     _kernel: cl.Kernel = attrs.field(alias="kernel", repr=False)
     build_seconds: float = 0.0
+    _entry: object = attrs.field(default=None, alias="entry", repr=False)  # its PrimitiveImpl
 
     @property
     def kind(self) -> str:
@@ -42,6 +43,17 @@ class Primitive:
     @property
     def label(self) -> str:
         return self.desc.label
+
+    def cache_blob(self) -> bytes:
+        """This primitive's implementation as bytes, for ``engine.create_primitive_from_cache_blob``
+        in this or another process, on an engine of the same device."""
+        from . import _cache_blob
+        from ._errors import CacheBlobError
+        from ._version import __version__
+
+        if not _cache_blob.serializable(self._entry.key):
+            raise CacheBlobError(f"{type(self.desc).__name__} descriptors cannot be stored in a blob")
+        return _cache_blob.dump([self._entry], self._entry.key.device, __version__)
 
     def _buffers(self, args, engine: Engine) -> tuple[cl.Buffer, ...]:
         """The kernel's buffer arguments in order, after checking every passed Memory."""
