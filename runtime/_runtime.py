@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pyopencl as cl
 import trio
 
+from . import _verbose as verbose
 from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._stream import Stream, StreamFlags, check_flags
@@ -119,7 +120,7 @@ class Runtime:
     ) -> Stream:
         self._check_open()
         flags = check_flags(flags)
-        profiling = StreamFlags.profiling in flags
+        profiling = StreamFlags.profiling in flags or verbose.level() >= 2
         out_of_order = StreamFlags.out_of_order in flags
         strategy = engine.out_of_order_strategy
         lanes = strategy.lanes if out_of_order and strategy.kind == "lanes" else 1

@@ -9,6 +9,7 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
+from . import _verbose as verbose
 from ._errors import (
     ArgumentMismatchError,
     ClosedError,
@@ -74,6 +75,7 @@ class Stream:
     strategy: str = attrs.field(default="in_order")
     _completion: object = attrs.field(init=False, repr=False)
     _profiling: bool = attrs.field(init=False, repr=False)
+    _verbose_exec: bool = attrs.field(init=False, repr=False)
 
     @property
     def cl_queues(self) -> tuple[cl.CommandQueue, ...]:
@@ -86,7 +88,9 @@ class Stream:
 
     def __attrs_post_init__(self) -> None:
         self._completion = self.engine._runtime._completion
-        self._profiling = StreamFlags.profiling in self.flags
+        self._verbose_exec = verbose.level() >= 2
+        # Verbose level 2 reports device times, so the runtime opens such streams with profiling.
+        self._profiling = StreamFlags.profiling in self.flags or self._verbose_exec
 
     def _event(self, label: str) -> Event:
         if self._actor.closed:
@@ -109,6 +113,8 @@ class Stream:
             (KERNEL, event, deps, primitive._kernel, buffers, primitive.spec.global_size,
              primitive.spec.local_size)
         )
+        if self._verbose_exec:
+            self.engine._runtime._nursery.start_soon(verbose.report_execution, self.engine, primitive, event)
         return event
 
     def write(self, memory: Memory, array, deps=()) -> Event:

@@ -5,7 +5,12 @@ Level 1 prints a line per primitive creation:
     triodnn_verbose,primitive,create:cache_miss,cpu:0,eltwise,ocl:flat:v16l16,src:f32:1024:s1 dst:f32:1024:s1,alg:relu alpha:0 beta:0,212.451
 
 (how it was found, engine, kind, implementation, memory descriptors, attributes, milliseconds).
-The variable is read at each line, so it can be switched on in a running program.
+Level 2 adds a line per execution, with the device time from OpenCL profiling (streams opened at
+level 2 record it), printed when the command completes:
+
+    triodnn_verbose,primitive,exec,cpu:0,eltwise,ocl:flat:v16l16,src:f32:1024:s1 dst:f32:1024:s1,alg:relu alpha:0 beta:0,0.021
+
+Creation lines read the variable each time; streams read it when they open.
 """
 
 from __future__ import annotations
@@ -44,6 +49,21 @@ def primitive_created(how: str, engine, primitive, seconds: float) -> None:
     print(
         f"triodnn_verbose,primitive,create:{how},{engine.kind}:{engine.index},{primitive.kind},"
         f"{primitive.impl},{_descs(primitive.desc)},{_attrs(primitive.desc)},{seconds * 1e3:.3f}",
+        file=sys.stdout,
+        flush=True,
+    )
+
+
+async def report_execution(engine, primitive, event) -> None:
+    """Print ``primitive``'s exec line once ``event`` completes (a task of the runtime's nursery)."""
+    try:
+        await event.wait()
+        device_ms = f"{event.profiling.duration_ns / 1e6:.3f}"
+    except Exception as exc:  # the command failed; the line says so instead of a time
+        device_ms = f"failed:{type(exc).__name__}"
+    print(
+        f"triodnn_verbose,primitive,exec,{engine.kind}:{engine.index},{primitive.kind},"
+        f"{primitive.impl},{_descs(primitive.desc)},{_attrs(primitive.desc)},{device_ms}",
         file=sys.stdout,
         flush=True,
     )
