@@ -17,7 +17,7 @@ import attrs
 import pyopencl as cl
 import trio
 
-from .._errors import BuildError, ClosedError, InvalidArgumentError
+from .._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
 from ._reply import ReplySlot
 
 
@@ -56,6 +56,24 @@ class EngineActorStatistics:
     programs_loaded: int
     builds_in_flight: int
     resources: int
+
+
+@attrs.define(eq=False)
+class _ResourceLoad:
+    """Reply slot of a load from binary: keeps the result as the engine's resources for ``key``."""
+
+    actor: EngineActor
+    key: object
+    slot: ReplySlot
+
+    def set_value(self, built: BuiltKernel) -> None:
+        self.actor._resources[self.key] = built
+        del self.actor._resource_loads[self.key]
+        self.slot.set_value(built)
+
+    def set_error(self, error: BaseException) -> None:
+        del self.actor._resource_loads[self.key]
+        self.slot.set_error(error)
 
 
 class EngineActor:
@@ -111,7 +129,8 @@ class EngineActor:
     async def resources(self, key, load: BuildRequest) -> BuiltKernel:
         """This engine's kernel for ``key``: kept, being loaded, or loaded now from ``load``.
 
-        Concurrent requests for one key share one load.
+        Concurrent requests for one key share one load, which runs in the actor's nursery: a
+        requester that is cancelled stops waiting, the load goes on for the others.
         """
         built = self._resources.get(key)
         if built is not None:
@@ -121,25 +140,24 @@ class EngineActor:
         if slot is None:
             slot = self._resource_loads[key] = ReplySlot()
             try:
-                built = await self.build(load)
-            except BaseException as exc:
-                slot.set_error(exc)
-                raise
-            else:
-                self._resources[key] = built
-                slot.set_value(built)
-            finally:
+                self._send.send_nowait((load, _ResourceLoad(self, key, slot)))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
                 del self._resource_loads[key]
-            return built
-        return await slot.get()
+                raise ClosedError("the engine is closed (its runtime has shut down)") from None
+        try:
+            return await slot.get()
+        except TriodnnError as exc:
+            raise type(exc)(str(exc)) from exc  # a fresh exception for each waiter
 
     async def _build(self, request: BuildRequest, reply: ReplySlot) -> None:
         self._builds_in_flight += 1
         try:
             built = await trio.to_thread.run_sync(self._build_in_thread, request, limiter=self._limiter)
         except BaseException as exc:  # delivered to the requester, never lost in the nursery
-            reply.set_error(exc)
-            if not isinstance(exc, Exception):
+            if isinstance(exc, Exception):
+                reply.set_error(exc)
+            else:  # the actor itself is being cancelled: its waiters were not
+                reply.set_error(ClosedError("the engine closed before the build finished"))
                 raise
         else:
             if request.binary is None:

@@ -66,6 +66,10 @@ class PrimitiveCacheStatistics:
     failed_builds: int
 
 
+class _Abandoned(Exception):
+    """A build whose runtime shut down before it finished; its waiters look the key up again."""
+
+
 class Flight:
     """One build in progress; any trio run in the process may wait for it."""
 
@@ -105,6 +109,8 @@ class Flight:
             await trio.lowlevel.checkpoint()
         else:
             await event.wait()
+        if isinstance(self._error, _Abandoned):
+            raise _Abandoned
         if self._error is not None:
             error = self._error
             kind = type(error) if isinstance(error, TriodnnError) else BuildError
@@ -170,7 +176,9 @@ class PrimitiveCache:
         with self._lock:
             if self._flights.get(flight.key) is flight:
                 del self._flights[flight.key]
-            if error is not None:
+            if isinstance(error, _Abandoned):
+                pass  # not a failure: another requester builds it again
+            elif error is not None:
                 self._failed += 1
             elif self._capacity > 0:
                 self._entries[flight.key] = value
@@ -232,27 +240,36 @@ class CacheActor:
 
     async def get(self, key, build: Callable[[], Awaitable[object]]) -> tuple[object, str]:
         """The cached value for ``key`` and how it was found: ``cache_hit``, ``cache_miss`` or
-        ``cache_coalesced`` (joined a build already in flight)."""
-        outcome, found = self.cache.lookup(key)
-        if outcome == "hit":
-            await trio.lowlevel.checkpoint()
-            return found, "cache_hit"
-        if outcome == "build":
+        ``cache_coalesced`` (joined a build already in flight).
+
+        A build abandoned because its runtime shut down is not a failure for waiters of other
+        runtimes: they look the key up again, and one of them builds it.
+        """
+        while True:
+            outcome, found = self.cache.lookup(key)
+            if outcome == "hit":
+                await trio.lowlevel.checkpoint()
+                return found, "cache_hit"
+            if outcome == "build":
+                try:
+                    self._send.send_nowait((found, build))
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    self.cache.complete(found, error=_Abandoned())
+                    raise ClosedError("the runtime is closed") from None
             try:
-                self._send.send_nowait((found, build))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                self.cache.complete(found, error=ClosedError("the runtime is closed"))
-            return await found.wait(), "cache_miss"
-        return await found.wait(), "cache_coalesced"
+                value = await found.wait()
+            except _Abandoned:
+                continue
+            return value, "cache_miss" if outcome == "build" else "cache_coalesced"
 
     async def _build(self, flight: Flight, build) -> None:
         try:
             async with self._limiter:
                 value = await build()
-        except BaseException as exc:
-            self.cache.complete(flight, error=exc if isinstance(exc, Exception) else ClosedError(
-                "the runtime shut down before the build finished"))
-            if not isinstance(exc, Exception):
-                raise
+        except Exception as exc:
+            self.cache.complete(flight, error=exc)
+        except BaseException:
+            self.cache.complete(flight, error=_Abandoned())
+            raise
         else:
             self.cache.complete(flight, value)

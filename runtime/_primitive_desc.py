@@ -34,6 +34,12 @@ def _finite_float(name: str):
     return convert
 
 
+def _float_key(value: float) -> tuple[float, bool]:
+    """Equality and hash key of a float parameter: -0.0 and 0.0 bake different kernel literals
+    (x * alpha keeps the sign of zero), so they are different descriptors."""
+    return (value, math.copysign(1.0, value) < 0)
+
+
 def _require_f32(kind: str, descs: dict[str, MemoryDesc]) -> None:
     for name, desc in descs.items():
         if desc.dtype != "f32":
@@ -49,8 +55,8 @@ class EltwiseDesc:
     alg: str = attrs.field()
     src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
-    alpha: float = attrs.field(default=0.0, converter=_finite_float("alpha"))
-    beta: float = attrs.field(default=0.0, converter=_finite_float("beta"))
+    alpha: float = attrs.field(default=0.0, converter=_finite_float("alpha"), eq=_float_key)
+    beta: float = attrs.field(default=0.0, converter=_finite_float("beta"), eq=_float_key)
 
     kind = "eltwise"
 
