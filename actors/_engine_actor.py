@@ -10,6 +10,7 @@ work-group, before handing it out: the first real execution is then as fast as a
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 
@@ -18,6 +19,7 @@ import pyopencl as cl
 import trio
 
 from .._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
+from ._program_binary import program_binary
 from ._reply import ReplySlot
 
 
@@ -67,8 +69,8 @@ class _ResourceLoad:
     slot: ReplySlot
 
     def set_value(self, built: BuiltKernel) -> None:
-        self.actor._resources[self.key] = built
         del self.actor._resource_loads[self.key]
+        self.actor._remember(self.key, built)
         self.slot.set_value(built)
 
     def set_error(self, error: BaseException) -> None:
@@ -77,7 +79,14 @@ class _ResourceLoad:
 
 
 class EngineActor:
-    def __init__(self, device: cl.Device, context: cl.Context, *, build_threads: int = 2) -> None:
+    def __init__(
+        self,
+        device: cl.Device,
+        context: cl.Context,
+        *,
+        build_threads: int = 2,
+        resource_capacity=lambda: 1024,
+    ) -> None:
         self.device = device
         self.context = context
         self.max_alloc_bytes = int(device.max_mem_alloc_size)
@@ -91,8 +100,12 @@ class EngineActor:
         self._builds_in_flight = 0
         # Per-context objects of cached primitives, by primitive cache key: a cache hit on this
         # engine is then a dictionary lookup, a hit from another context one load from binary.
-        self._resources: dict[object, BuiltKernel] = {}
+        self._resources: collections.OrderedDict[object, BuiltKernel] = collections.OrderedDict()
         self._resource_loads: dict[object, ReplySlot] = {}
+        self._graveyard: list[BuiltKernel] = []
+        # LRU-bounded like the primitive cache, whose capacity it follows (a callable, so a
+        # change of capacity applies at the next insertion).
+        self._resource_capacity = resource_capacity
         self.closed = False
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -122,9 +135,44 @@ class EngineActor:
             raise ClosedError("the engine is closed (its runtime has shut down)") from None
         return await reply.get()
 
+    async def compile_here(self, request: BuildRequest) -> BuiltKernel:
+        """Compile in a worker thread, from the calling task (the cache actor's build task).
+
+        The cache actor's nursery already owns the build, so going through this actor's channel
+        would only add a scheduler batch before the compile starts, the batch in which a
+        thousand coalescing requesters take their first step.
+        """
+        if self.closed:
+            raise ClosedError("the engine is closed (its runtime has shut down)")
+        self._builds_in_flight += 1
+        try:
+            built = await trio.to_thread.run_sync(self._build_in_thread, request, limiter=self._limiter)
+        finally:
+            self._builds_in_flight -= 1
+            self._bury_if_idle()
+        self._programs_built += 1
+        return built
+
     def adopt(self, key, built: BuiltKernel) -> None:
-        """Keep ``built`` as this engine's resources for cache key ``key``."""
+        """Keep ``built`` as this engine's resources for cache key ``key`` (the first one wins)."""
+        if key in self._resources:
+            self._graveyard.append(built)  # released later, see _bury_if_idle
+            self._bury_if_idle()
+        else:
+            self._remember(key, built)
+
+    def _remember(self, key, built: BuiltKernel) -> None:
         self._resources[key] = built
+        self._resources.move_to_end(key)
+        while len(self._resources) > self._resource_capacity():
+            self._graveyard.append(self._resources.popitem(last=False)[1])
+        self._bury_if_idle()
+
+    def _bury_if_idle(self) -> None:
+        # Releasing a program while PoCL compiles another blocks in clReleaseProgram with the
+        # GIL held (75-105 ms measured): drop unused resources only when no build runs here.
+        if self._graveyard and not self._builds_in_flight:
+            self._graveyard.clear()
 
     async def resources(self, key, load: BuildRequest) -> BuiltKernel:
         """This engine's kernel for ``key``: kept, being loaded, or loaded now from ``load``.
@@ -134,8 +182,8 @@ class EngineActor:
         """
         built = self._resources.get(key)
         if built is not None:
-            await trio.lowlevel.checkpoint()
-            return built
+            self._resources.move_to_end(key)
+            return built  # no checkpoint: the caller's cache lookup made one
         slot = self._resource_loads.get(key)
         if slot is None:
             slot = self._resource_loads[key] = ReplySlot()
@@ -167,6 +215,7 @@ class EngineActor:
             reply.set_value(built)
         finally:
             self._builds_in_flight -= 1
+            self._bury_if_idle()
 
     def _build_in_thread(self, request: BuildRequest) -> BuiltKernel:
         started = time.perf_counter()
@@ -187,7 +236,7 @@ class EngineActor:
         # one work-group now, so the first execution is as fast as any, and take the binary after.
         arg_descs = request.desc.arg_descs
         self._warm_up(kernel, spec.local_size, [arg_descs[name].nbytes for name in spec.arg_names])
-        binary = request.binary if request.binary is not None else program.binaries[0]
+        binary = request.binary if request.binary is not None else program_binary(program, self.device)
         return BuiltKernel(spec, program, kernel, binary, time.perf_counter() - started)
 
     def _warm_up(self, kernel: cl.Kernel, local_size: tuple[int, ...], buffer_bytes: list[int]) -> None:

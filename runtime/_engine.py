@@ -185,15 +185,17 @@ class Engine:
 
     async def load_primitive_cache_blob(self, blob: bytes) -> int:
         """Put the blob's implementations into the primitive cache and load their binaries on this
-        engine; returns how many it held. ``CacheBlobError`` for a blob of another device or
+        engine; returns how many entered the cache (none at capacity 0, none already there).
+        ``CacheBlobError`` for a blob of another device or
         triodnn version, or a corrupt one; nothing is loaded then."""
         impls = _cache_blob.load(blob, self._device_identity, __version__)
         cache = self._runtime._cache_actor.cache
+        inserted = 0
         async with trio.open_nursery() as nursery:
             for impl in impls:
-                cache.insert(impl.key, impl)
+                inserted += cache.insert(impl.key, impl)
                 nursery.start_soon(self._resources_from, impl)
-        return len(impls)
+        return inserted
 
     async def create_primitive_from_cache_blob(self, blob: bytes) -> Primitive:
         """The primitive stored by ``primitive.cache_blob()``, loaded from its binary (no compile).
@@ -216,6 +218,6 @@ class Engine:
         )
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
-        built = await self._actor.build(BuildRequest(key.desc, key.config, key.build_options))
+        built = await self._actor.compile_here(BuildRequest(key.desc, key.config, key.build_options))
         self._actor.adopt(key, built)
         return PrimitiveImpl(key, built.spec, built.binary, built.seconds)

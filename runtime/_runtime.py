@@ -49,6 +49,12 @@ def parse_engine_spec(text: str) -> tuple[str, int]:
     return kind, number
 
 
+def _resource_capacity() -> int:
+    # Engines keep kernels for as many keys as the primitive cache, and at least 16, so that a
+    # build's own engine still holds its kernel when the cache is small or disabled.
+    return max(16, global_primitive_cache().capacity)
+
+
 def available_engines() -> list[DeviceRecord]:
     """Every OpenCL device an engine can open, with its kind and index."""
     return list_devices()
@@ -109,7 +115,7 @@ class Runtime:
             queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
         )
-        actor = EngineActor(device, context)
+        actor = EngineActor(device, context, resource_capacity=_resource_capacity)
         await self._start(actor, self._engines)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
         engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)

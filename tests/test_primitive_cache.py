@@ -896,3 +896,25 @@ async def test_signed_zero_alpha_is_a_different_primitive(fresh_cache, engine):
     assert c_float(-0.0) in primitive.spec.source
     assert np.array_equal(np.signbit(got), np.signbit(ref))
     assert delta(s0, stats()) == moved(misses=2)
+
+
+# -- per-engine resources ------------------------------------------------------------------------
+
+
+async def test_engine_resources_follow_the_cache_capacity_with_a_floor(fresh_cache, engine):
+    """Engines keep per-context kernels LRU-bounded by the cache capacity (at least 16), so
+    evicted entries do not pile up kernels in long-lived engines."""
+    fresh_cache(20)
+    prims = [await engine.create_primitive(relu(3000 + n)) for n in range(25)]
+    assert engine.statistics().resources == 20
+    assert stats().size == 20
+    # A primitive keeps its own kernel after the engine forgot it: it still runs correctly.
+    x = np.linspace(-2, 2, 3000, dtype=np.float32)
+    got = await run_relu(engine, prims[0], x)
+    tolerance.check(got, eltwise.reference("relu", x), tolerance.eltwise("relu"))
+
+    fresh_cache(2)
+    for n in range(18):
+        await engine.create_primitive(relu(4000 + n))
+    assert engine.statistics().resources == 16
+    assert stats().size == 2
