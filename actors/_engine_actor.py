@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+from collections.abc import Callable
 
 import attrs
 import pyopencl as cl
@@ -174,8 +175,9 @@ class EngineActor:
         if self._graveyard and not self._builds_in_flight:
             self._graveyard.clear()
 
-    async def resources(self, key, load: BuildRequest) -> BuiltKernel:
-        """This engine's kernel for ``key``: kept, being loaded, or loaded now from ``load``.
+    async def resources(self, key, make_load: Callable[[], BuildRequest]) -> BuiltKernel:
+        """This engine's kernel for ``key``: kept, being loaded, or loaded now from ``make_load()``
+        (called only then: a hit builds no request).
 
         Concurrent requests for one key share one load, which runs in the actor's nursery: a
         requester that is cancelled stops waiting, the load goes on for the others.
@@ -188,7 +190,7 @@ class EngineActor:
         if slot is None:
             slot = self._resource_loads[key] = ReplySlot()
             try:
-                self._send.send_nowait((load, _ResourceLoad(self, key, slot)))
+                self._send.send_nowait((make_load(), _ResourceLoad(self, key, slot)))
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 del self._resource_loads[key]
                 raise ClosedError("the engine is closed (its runtime has shut down)") from None

@@ -214,7 +214,7 @@ class Engine:
     async def _resources_from(self, impl: PrimitiveImpl):
         key = impl.key
         return await self._actor.resources(
-            key, BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
+            key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
         )
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
