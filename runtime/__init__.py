@@ -36,6 +36,7 @@ from ._primitive_cache import (
     primitive_cache_statistics,
     set_primitive_cache_capacity,
 )
+from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
@@ -60,6 +61,7 @@ __all__ = [
     "Event",
     "ExecutionError",
     "InvalidArgumentError",
+    "MatmulDesc",
     "Memory",
     "MemoryDesc",
     "MissingArgumentError",

@@ -18,6 +18,7 @@ import struct
 import attrs
 
 from ._errors import CacheBlobError
+from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
@@ -28,7 +29,7 @@ FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<I")
 
 # Descriptor kinds a blob can carry; descriptors of other classes are left out of engine blobs.
-DESC_CLASSES = {cls.kind: cls for cls in (EltwiseDesc, BinaryDesc)}
+DESC_CLASSES = {cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc)}
 
 
 def _value_to_json(value):
