@@ -5,7 +5,7 @@ objects; the actors compile what these modules generate, and the tests compare a
 references.
 """
 
-from . import binary, eltwise, tolerance
+from . import binary, eltwise, reduction, softmax, tolerance
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
 
 __all__ = [
@@ -16,6 +16,8 @@ __all__ = [
     "dense_strides",
     "eltwise",
     "is_dense",
+    "reduction",
     "select_config",
+    "softmax",
     "tolerance",
 ]

@@ -51,3 +51,43 @@ def check(got: np.ndarray, ref: np.ndarray, threshold: float) -> None:
             f"error {err:.3g} above threshold {threshold:.3g}; worst at flat index {worst}: "
             f"got {g[worst]!r}, expected {r[worst]!r}"
         )
+
+
+# Softmax, after benchdnn's softmax setup_cmp (tests/benchdnn/softmax/softmax.cpp): f32 threshold
+# 10 * eps, times 5 for logsoftmax. Softmax values lie in [0, 1], so the rule above checks them
+# absolutely; logsoftmax values are often above 1 in magnitude and get the relative check.
+SOFTMAX = 10 * _F32_EPS
+LOGSOFTMAX = 5 * SOFTMAX
+
+
+def softmax(alg: str) -> float:
+    return LOGSOFTMAX if alg == "logsoftmax" else SOFTMAX
+
+
+# Reduction, after benchdnn's reduction setup_cmp (tests/benchdnn/reduction/reduction.cpp): eps,
+# times 5 for the norm algorithms. benchdnn fills reductions with small integers (sums exact in
+# f32, products of powers of two); tests here use random floats, where even a correctly rounded
+# f32 result is up to half an ulp off the float64 reference, and mean's division rounds once
+# more, so 2 * eps (the compensated sums measured within it on 1e5 elements). A product rounds at
+# each of its n - 1 multiplications: its bound grows with the count.
+REDUCTION = 2 * _F32_EPS
+REDUCTION_NORM = 5 * _F32_EPS
+
+
+def reduction(alg: str, count: int = 1) -> float:
+    """Threshold for ``alg`` over ``count`` reduced elements."""
+    if alg in ("l1", "l2"):
+        return REDUCTION_NORM
+    if alg == "mul":
+        return max(REDUCTION, (count + 1) * _F32_EPS / 2)
+    return REDUCTION
+
+
+# Comparisons write exactly 0 or 1 and select copies an operand: nothing to round, no slack.
+BINARY_EXACT = 0.0
+
+
+def binary(alg: str) -> float:
+    from .binary import EXACT
+
+    return BINARY_EXACT if alg in EXACT else BINARY

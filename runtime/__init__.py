@@ -38,6 +38,7 @@ from ._primitive_cache import (
 )
 from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
+from ._reduction_desc import ReductionDesc, SoftmaxDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
@@ -72,7 +73,9 @@ __all__ = [
     "PrimitiveKey",
     "ProfilingError",
     "ProfilingTimes",
+    "ReductionDesc",
     "Runtime",
+    "SoftmaxDesc",
     "Stream",
     "StreamFlags",
     "StreamStatistics",

@@ -21,6 +21,7 @@ from ._errors import CacheBlobError
 from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
+from ._reduction_desc import ReductionDesc, SoftmaxDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from .kernels import KernelConfig, KernelSpec
 
@@ -29,7 +30,7 @@ FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<I")
 
 # Descriptor kinds a blob can carry; descriptors of other classes are left out of engine blobs.
-DESC_CLASSES = {cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc)}
+DESC_CLASSES = {cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc)}
 
 
 def _value_to_json(value):

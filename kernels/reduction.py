@@ -1,0 +1,150 @@
+"""Reduction forward: ``dst`` holds ``alg`` over the dimensions where ``dst`` has 1 and ``src`` more.
+
+oneDNN's convention: ``dst`` dims equal ``src`` dims with each reduced dimension set to 1.
+Algorithms, by oneDNN name: ``sum``, ``mean``, ``max``, ``min``, ``mul`` (product), and
+``norm_lp_sum`` with p=1 and p=2, named here ``l1`` (sum of |x|) and ``l2`` (sqrt of sum of x²);
+oneDNN's ``eps`` is 0.
+
+One work-item per ``dst`` element, looping over the reduced index space with the strides baked
+in, the smallest stride innermost so a reduction over a dense axis walks contiguous memory. No
+local memory or barriers (they measured slower on PoCL's CPU device); the cost is that a
+reduction to very few outputs runs on very few work-items.
+
+Sums (``sum``, ``mean``, ``l1``, ``l2``) accumulate in f32 with compensation (Kahan-Babuska /
+Neumaier): a plain f32 sum of 1e5 random values drifts by ~1e-5 relative, far above benchdnn's
+eps-level threshold, and plain Kahan still lost 3-4 ulp on sums of mixed signs that cancel; the
+Neumaier sum stays within about an ulp of the exact result. The build has no fast-math flags, so the compiler
+may not reassociate the compensation away. ``max``/``min`` ignore NaN inputs (ternaries, as
+binary's max/min), where numpy would propagate them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
+
+ALGORITHMS: tuple[str, ...] = ("sum", "mean", "max", "min", "mul", "l1", "l2")
+
+# Per algorithm: the initial accumulator, the term each element contributes, and whether the
+# terms are summed (with compensation) or folded with a combining expression of ``acc`` and ``t``.
+_INIT = {"max": "-INFINITY", "min": "INFINITY", "mul": "1.0f"}
+_FOLD = {"max": "t > acc ? t : acc", "min": "t < acc ? t : acc", "mul": "acc * t"}
+_TERM = {"l1": "x < 0.0f ? -x : x", "l2": "x * x"}
+_SUMMED = frozenset({"sum", "mean", "l1", "l2"})
+
+
+def reduced_axes(src_dims: tuple[int, ...], dst_dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Axes that are reduced: ``dst`` has 1 where ``src`` has more. ValueError when the dims
+    are not of that form (another rank, or a dst dim that is neither the src dim nor 1)."""
+    if len(src_dims) != len(dst_dims):
+        raise ValueError(f"dst dims {dst_dims} and src dims {src_dims} differ in rank")
+    bad = [i for i, (s, d) in enumerate(zip(src_dims, dst_dims)) if d != s and d != 1]
+    if bad:
+        raise ValueError(
+            f"dst dims {dst_dims} must equal src dims {src_dims} or be 1 (dimension {bad[0]})"
+        )
+    return tuple(i for i, (s, d) in enumerate(zip(src_dims, dst_dims)) if d == 1 and s > 1)
+
+
+def generate(
+    alg: str,
+    *,
+    src_dims: tuple[int, ...],
+    src_strides: tuple[int, ...],
+    dst_dims: tuple[int, ...],
+    dst_strides: tuple[int, ...],
+    config: KernelConfig,
+) -> KernelSpec:
+    """OpenCL source reducing ``src`` into ``dst`` with ``alg``; ``dst`` dims as oneDNN's."""
+    if alg not in ALGORITHMS:
+        raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    axes = reduced_axes(src_dims, dst_dims)
+    outputs = math.prod(dst_dims)
+    count = math.prod(src_dims[a] for a in axes)
+    local = config.local_size
+    # index_code skips dst's size-1 dimensions, so src's offset comes from the kept ones only.
+    offsets = index_code(dst_dims, {"src": src_strides, "dst": dst_strides}, "i")
+
+    # Outermost loop first: largest stride outside, smallest inside.
+    order = sorted(axes, key=lambda a: -src_strides[a])
+    x = "x"
+    term = _TERM.get(alg, "x")
+    if alg in _SUMMED:
+        # Neumaier's variant of Kahan summation: the correction is taken from whichever of
+        # acc and y is larger, so it survives cancellation (Kahan's bound grows with sum |x|,
+        # Neumaier's first-order term is an ulp of the result); ternaries, not fabs (PoCL).
+        init = "float acc = 0.0f; float comp = 0.0f;"
+        step = (
+            f"const float y = {term}; const float t = acc + y;"
+            " const float aa = acc < 0.0f ? -acc : acc; const float ay = y < 0.0f ? -y : y;"
+            " comp += aa >= ay ? (acc - t) + y : (y - t) + acc; acc = t;"
+        )
+    else:
+        init = f"float acc = {_INIT[alg]};"
+        step = f"const float t = {term}; acc = {_FOLD[alg]};"
+    loops, closes = [], []
+    base = "off_src"
+    for depth, a in enumerate(order):
+        loops.append(
+            f"for (ulong j{depth} = 0; j{depth} < {src_dims[a]}UL; ++j{depth}) {{ "
+            f"const ulong o{depth} = {base} + j{depth} * {src_strides[a]}UL;"
+        )
+        closes.append("}")
+        base = f"o{depth}"
+    inner = f"{{ const float {x} = src[{base}]; {step} }}"
+    loop_code = "\n    ".join(loops + [inner] + ["".join(closes)] if loops else [inner])
+    if alg in _SUMMED:
+        lines_after = "acc += comp;"
+    else:
+        lines_after = ""
+    if alg == "mean":
+        result = f"acc / {c_float(count)}"
+    elif alg == "l2":
+        result = "sqrt(acc)"
+    else:
+        result = "acc"
+    source = f"""__kernel void reduction_fwd(__global const float* src, __global float* dst) {{
+    const ulong i = get_global_id(0);
+    if (i >= {outputs}UL) return;
+    {offsets}
+    {init}
+    {loop_code}
+    {lines_after}
+    dst[off_dst] = {result};
+}}
+"""
+    return KernelSpec(
+        source=source,
+        name="reduction_fwd",
+        arg_names=("src", "dst"),
+        global_size=(padded_global(outputs, local),),
+        local_size=(local,),
+        impl=f"ocl:per_output:l{local}",
+    )
+
+
+def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...]) -> np.ndarray:
+    """``alg`` of ``src`` reduced to ``dst_dims`` (oneDNN convention) in float64, as float32."""
+    x = np.asarray(src, dtype=np.float64)
+    axes = reduced_axes(tuple(x.shape), tuple(dst_dims))
+    with np.errstate(all="ignore"):
+        if alg == "sum":
+            y = np.sum(x, axis=axes, keepdims=True)
+        elif alg == "mean":
+            y = np.mean(x, axis=axes, keepdims=True)
+        elif alg == "max":
+            y = np.max(x, axis=axes, keepdims=True)
+        elif alg == "min":
+            y = np.min(x, axis=axes, keepdims=True)
+        elif alg == "mul":
+            y = np.prod(x, axis=axes, keepdims=True)
+        elif alg == "l1":
+            y = np.sum(np.abs(x), axis=axes, keepdims=True)
+        elif alg == "l2":
+            y = np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
+        else:
+            raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    return y.reshape(dst_dims).astype(np.float32)

@@ -1,0 +1,144 @@
+"""Operation descriptors for softmax and reduction: what they compute, as hashable values.
+
+Kept apart from ``_primitive_desc`` (eltwise, binary) so the two sets of kinds can change
+independently; they share its argument checks, so errors read the same for every kind.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import attrs
+
+from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._memory_desc import MemoryDesc
+from ._primitive_desc import _memory_desc, _require_f32
+from .kernels import KernelConfig, KernelSpec
+from .kernels import reduction as reduction_kernels
+from .kernels import softmax as softmax_kernels
+
+
+def _to_axis(value) -> int:
+    # operator.index accepts ints and numpy integers but not floats; bools are ints to Python
+    # and would silently mean axis 0 or 1, so they are refused by name.
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"axis {value!r} must be an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"axis {value!r} must be an integer") from None
+
+
+@attrs.frozen(cache_hash=True)
+class SoftmaxDesc:
+    """``dst = alg(src)`` over ``axis``; ``alg`` is ``"softmax"`` or ``"logsoftmax"``.
+
+    ``axis`` may be negative, as numpy's; it is stored normalised, so ``axis=-1`` and the last
+    index make one descriptor (and one cache entry). ``dst`` defaults to ``src`` (same dims and
+    layout); any strides are accepted for either, the dims must match.
+    """
+
+    alg: str = attrs.field()
+    src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
+    dst: MemoryDesc = attrs.field(default=None)
+    axis: int = attrs.field(default=-1, converter=_to_axis)
+
+    kind = "softmax"
+
+    @alg.validator
+    def _check_alg(self, attribute, value) -> None:
+        if value not in softmax_kernels.ALGORITHMS:
+            raise InvalidArgumentError(
+                f"alg {value!r} is not a softmax algorithm; known: "
+                f"{', '.join(softmax_kernels.ALGORITHMS)}"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        ndims = self.src.ndims
+        if not -ndims <= self.axis < ndims:
+            raise InvalidArgumentError(
+                f"axis {self.axis} is out of range for src of {ndims} dimensions {self.src.dims}"
+            )
+        object.__setattr__(self, "axis", self.axis % ndims)
+        if self.dst is None:
+            object.__setattr__(self, "dst", self.src)
+        _memory_desc("dst")(self, None, self.dst)
+        if self.dst.dims != self.src.dims:
+            raise ArgumentMismatchError(
+                f"dst dims {self.dst.dims} differ from src dims {self.src.dims}"
+            )
+
+    @property
+    def arg_descs(self) -> dict[str, MemoryDesc]:
+        return {"src": self.src, "dst": self.dst}
+
+    @property
+    def label(self) -> str:
+        return f"softmax:{self.alg}"
+
+    def check_supported(self) -> None:
+        _require_f32(self.kind, self.arg_descs)
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        self.check_supported()
+        return softmax_kernels.generate(
+            self.alg,
+            dims=self.src.dims,
+            src_strides=self.src.strides,
+            dst_strides=self.dst.strides,
+            axis=self.axis,
+            config=config,
+        )
+
+
+@attrs.frozen(cache_hash=True)
+class ReductionDesc:
+    """``dst = alg`` of ``src`` over the dimensions where ``dst`` has 1 (oneDNN's convention).
+
+    ``alg``: ``sum``, ``mean``, ``max``, ``min``, ``mul`` (product), ``l1`` (sum of |x|) or
+    ``l2`` (sqrt of the sum of squares): oneDNN's ``norm_lp_sum`` with p=1, p=2 and eps=0.
+    ``dst`` has src's rank, each dim equal to src's or 1; it is required, since which dims
+    reduce is exactly what it says.
+    """
+
+    alg: str = attrs.field()
+    src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
+    dst: MemoryDesc = attrs.field(validator=_memory_desc("dst"))
+
+    kind = "reduction"
+
+    @alg.validator
+    def _check_alg(self, attribute, value) -> None:
+        if value not in reduction_kernels.ALGORITHMS:
+            raise InvalidArgumentError(
+                f"alg {value!r} is not a reduction algorithm; known: "
+                f"{', '.join(reduction_kernels.ALGORITHMS)}"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            reduction_kernels.reduced_axes(self.src.dims, self.dst.dims)
+        except ValueError as exc:
+            raise ArgumentMismatchError(str(exc)) from None
+
+    @property
+    def arg_descs(self) -> dict[str, MemoryDesc]:
+        return {"src": self.src, "dst": self.dst}
+
+    @property
+    def label(self) -> str:
+        return f"reduction:{self.alg}"
+
+    def check_supported(self) -> None:
+        _require_f32(self.kind, self.arg_descs)
+
+    def generate(self, config: KernelConfig) -> KernelSpec:
+        self.check_supported()
+        return reduction_kernels.generate(
+            self.alg,
+            src_dims=self.src.dims,
+            src_strides=self.src.strides,
+            dst_dims=self.dst.dims,
+            dst_strides=self.dst.strides,
+            config=config,
+        )
