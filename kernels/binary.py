@@ -1,20 +1,29 @@
 """Binary forward: ``dst = op(src0, src1)`` with numpy broadcasting, generator beside its source.
 
 Shapes are aligned from the right, as numpy does; a dimension of 1 broadcasts. Three code paths:
-all three tensors dense with one layout (flat, vectorised), ``src1`` a single value broadcast over
-a dense ``src0`` (flat, vectorised), and the general case (one element per work-item, offsets by
-index arithmetic with stride 0 on broadcast dimensions).
+all tensors dense with one layout (flat, vectorised), ``src1`` (or ``src2``) a single value
+broadcast over a dense ``src0`` (flat, vectorised), and the general case (one element per
+work-item, offsets by index arithmetic with stride 0 on broadcast dimensions).
+
+Comparisons (``ge gt le lt eq ne``) write 1.0 or 0.0, as oneDNN's binary comparisons do in f32; a
+NaN operand compares false except for ``ne``. ``select`` is oneDNN's ``binary_select``:
+``dst = src2 ? src0 : src1`` with a third input ``src2``, broadcast like the others, true where
+nonzero (NaN included, -0 not).
 """
 
 from __future__ import annotations
 
 import math
+import string
 
 import numpy as np
 
 from ._spec import KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
-# min/max as ternaries: fmin/fmax stay calls on PoCL. NaN handling differs from numpy's.
+# In terms of ``a``, ``b`` (and ``cond``, select's condition) of type ``$T``. min/max as ternaries:
+# fmin/fmax stay calls on PoCL. NaN handling differs from numpy's. Comparisons select between
+# typed constants: a vector comparison yields -1/0 integers, and a ternary on vectors wants both
+# results of the vector type.
 _EXPRESSIONS: dict[str, str] = {
     "add": "a + b",
     "sub": "a - b",
@@ -22,9 +31,24 @@ _EXPRESSIONS: dict[str, str] = {
     "div": "a / b",
     "min": "b < a ? b : a",
     "max": "b > a ? b : a",
+    "ge": "a >= b ? ($T)(1.0f) : ($T)(0.0f)",
+    "gt": "a > b ? ($T)(1.0f) : ($T)(0.0f)",
+    "le": "a <= b ? ($T)(1.0f) : ($T)(0.0f)",
+    "lt": "a < b ? ($T)(1.0f) : ($T)(0.0f)",
+    "eq": "a == b ? ($T)(1.0f) : ($T)(0.0f)",
+    "ne": "a != b ? ($T)(1.0f) : ($T)(0.0f)",
+    "select": "cond != ($T)(0.0f) ? a : b",
 }
 
 ALGORITHMS: tuple[str, ...] = tuple(_EXPRESSIONS)
+
+COMPARISONS: frozenset[str] = frozenset({"ge", "gt", "le", "lt", "eq", "ne"})
+
+# Algorithms taking the third input src2.
+TERNARY: frozenset[str] = frozenset({"select"})
+
+# Algorithms whose result is 0, 1 or an operand bit for bit: compared exactly.
+EXACT: frozenset[str] = COMPARISONS | TERNARY
 
 _VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
@@ -43,6 +67,10 @@ def _aligned_strides(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int
     return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
 
 
+def _expression(alg: str, type_name: str) -> str:
+    return string.Template(_EXPRESSIONS[alg]).substitute(T=type_name)
+
+
 def generate(
     alg: str,
     *,
@@ -51,72 +79,98 @@ def generate(
     src1_dims: tuple[int, ...],
     src1_strides: tuple[int, ...],
     dst_strides: tuple[int, ...],
+    src2_dims: tuple[int, ...] | None = None,
+    src2_strides: tuple[int, ...] | None = None,
     config: KernelConfig,
 ) -> KernelSpec:
-    """OpenCL source for ``dst = alg(src0, src1)``; dst has the broadcast shape of the sources."""
+    """OpenCL source for ``dst = alg(src0, src1[, src2])``; dst has the broadcast shape of the
+    sources. ``src2`` (dims and strides) is required by ``select`` and refused by the others."""
     if alg not in _EXPRESSIONS:
         raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    dims = broadcast_dims(src0_dims, src1_dims)
+    ternary = alg in TERNARY
+    if ternary != (src2_dims is not None) or (src2_dims is None) != (src2_strides is None):
+        raise ValueError(f"{alg} {'needs' if ternary else 'takes no'} src2 dims and strides")
+    shapes = {"src0": src0_dims, "src1": src1_dims}
+    strides_in = {"src0": src0_strides, "src1": src1_strides}
+    if ternary:
+        shapes["src2"], strides_in["src2"] = src2_dims, src2_strides
+    dims = broadcast_dims(*shapes.values())
     if len(dst_strides) != len(dims):
         raise ValueError(f"dst_strides {dst_strides} do not match broadcast dims {dims}")
     n = math.prod(dims)
     local = config.local_size
-    expr = _EXPRESSIONS[alg]
-    s0 = _aligned_strides(src0_dims, src0_strides, len(dims))
-    s1 = _aligned_strides(src1_dims, src1_strides, len(dims))
+    aligned = {name: _aligned_strides(shapes[name], strides_in[name], len(dims)) for name in shapes}
+    # The value names the expressions use, and the kernel parameters, in argument order.
+    values = {"src0": "a", "src1": "b", "src2": "cond"}
+    inputs = list(shapes)
+    others = inputs[1:]
     dense_dst = is_dense(dims, dst_strides)
-    same_layout = dense_dst and s0 == dst_strides and tuple(src0_dims) == dims
-    if same_layout and (s1 == dst_strides or math.prod(src1_dims) == 1):
+    same_layout = dense_dst and aligned["src0"] == dst_strides and tuple(src0_dims) == dims
+    # An operand other than src0 runs flat when it has dst's layout, or is one value (scalar).
+    scalar = {
+        name for name in others if math.prod(shapes[name]) == 1 and aligned[name] != dst_strides
+    }
+    flat = same_layout and all(aligned[name] == dst_strides or name in scalar for name in others)
+    if flat:
         vec = config.vector_width
         vec_type = _VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
-        scalar_b = math.prod(src1_dims) == 1 and s1 != dst_strides
-        b_vec = f"(({vec_type})(src1[0]))" if scalar_b else f"((__global const {vec_type}*)src1)[i]"
-        b_tail = "src1[0]" if scalar_b else "src1[j]"
+        loads_vec = [
+            f"const {vec_type} {values[name]} = "
+            + (f"(({vec_type})({name}[0]));" if name in scalar
+               else f"((__global const {vec_type}*){name})[i];")
+            for name in inputs
+        ]
+        loads_tail = [
+            f"const float {values[name]} = {name}[{'0' if name in scalar else 'j'}];" for name in inputs
+        ]
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
-        const {vec_type} a = ((__global const {vec_type}*)src0)[i];
-        const {vec_type} b = {b_vec};
-        ((__global {vec_type}*)dst)[i] = {expr};
+        {" ".join(loads_vec)}
+        ((__global {vec_type}*)dst)[i] = {_expression(alg, vec_type)};
     }} else if (i == {full}UL) {{
         for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{
-            const float a = src0[j];
-            const float b = {b_tail};
-            dst[j] = {expr};
+            {" ".join(loads_tail)}
+            dst[j] = {_expression(alg, "float")};
         }}
     }}"""
-        impl = f"ocl:{'scalar_b' if scalar_b else 'flat'}:{config.name}"
+        # "scalar_b" when src1 is one value, "scalar_c" when src2 is, "scalar_bc" when both are.
+        suffix = "".join({"src1": "b", "src2": "c"}[name] for name in others if name in scalar)
+        impl = f"ocl:{'scalar_' + suffix if suffix else 'flat'}:{config.name}"
     else:
         work_items = n
-        offsets = index_code(dims, {"src0": s0, "src1": s1, "dst": dst_strides}, "i")
+        offsets = index_code(dims, {**aligned, "dst": dst_strides}, "i")
+        loads = "\n    ".join(f"const float {values[name]} = {name}[off_{name}];" for name in inputs)
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
     {offsets}
-    const float a = src0[off_src0];
-    const float b = src1[off_src1];
-    dst[off_dst] = {expr};"""
+    {loads}
+    dst[off_dst] = {_expression(alg, "float")};"""
         impl = f"ocl:broadcast:l{local}"
-    source = (
-        "__kernel void binary_fwd(__global const float* src0, __global const float* src1,"
-        " __global float* dst) {" + body + "\n}\n"
-    )
+    params = ", ".join(f"__global const float* {name}" for name in inputs)
+    source = f"__kernel void binary_fwd({params}, __global float* dst) {{" + body + "\n}\n"
     return KernelSpec(
         source=source,
         name="binary_fwd",
-        arg_names=("src0", "src1", "dst"),
+        arg_names=(*inputs, "dst"),
         global_size=(padded_global(work_items, local),),
         local_size=(local,),
         impl=impl,
     )
 
 
-def reference(alg: str, src0: np.ndarray, src1: np.ndarray) -> np.ndarray:
-    """``alg`` of the broadcast sources in float64, returned as float32."""
+def reference(
+    alg: str, src0: np.ndarray, src1: np.ndarray, src2: np.ndarray | None = None
+) -> np.ndarray:
+    """``alg`` of the broadcast sources in float64, returned as float32 (``src2``: select's
+    condition)."""
     a = np.asarray(src0, dtype=np.float64)
     b = np.asarray(src1, dtype=np.float64)
+    if (alg in TERNARY) != (src2 is not None):
+        raise ValueError(f"{alg} {'needs' if alg in TERNARY else 'takes no'} src2")
     with np.errstate(all="ignore"):
         if alg == "add":
             y = a + b
@@ -130,6 +184,12 @@ def reference(alg: str, src0: np.ndarray, src1: np.ndarray) -> np.ndarray:
             y = np.minimum(a, b)
         elif alg == "max":
             y = np.maximum(a, b)
+        elif alg in COMPARISONS:
+            compare = {"ge": np.greater_equal, "gt": np.greater, "le": np.less_equal,
+                       "lt": np.less, "eq": np.equal, "ne": np.not_equal}[alg]
+            y = compare(a, b).astype(np.float64)
+        elif alg == "select":
+            y = np.where(np.asarray(src2, dtype=np.float64) != 0, a, b)
         else:
             raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     return y.astype(np.float32)

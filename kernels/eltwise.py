@@ -1,9 +1,15 @@
 """Eltwise forward: ``dst = f(src)`` elementwise, generator beside its OpenCL source and reference.
 
 Algorithms follow oneDNN's names and parameters: ``relu`` takes the negative slope ``alpha``;
-``clip`` keeps ``alpha < x <= beta``. Dense tensors with matching strides run flat, ``vector_width``
-elements per work-item (pointer casts, not vloadN: PoCL keeps vloadN as a call); anything else
-runs one element per work-item with index arithmetic.
+``clip`` keeps ``alpha < x <= beta``; ``linear`` is ``alpha*x + beta``, ``pow`` is ``alpha*x**beta``,
+``hardsigmoid`` is ``max(0, min(1, alpha*x + beta))`` and ``hardswish`` is ``x`` times it; ``elu``,
+``swish`` and ``soft_relu`` take ``alpha`` as oneDNN does. ``leaky_relu`` is ``relu`` under the
+graph API's name. Where oneDNN gives a parameter a value of its own (``DEFAULTS``), an omitted
+``alpha``/``beta`` takes it; every other omitted parameter is 0.
+
+Dense tensors with matching strides run flat, ``vector_width`` elements per work-item (pointer
+casts, not vloadN: PoCL keeps vloadN as a call); anything else runs one element per work-item with
+index arithmetic.
 """
 
 from __future__ import annotations
@@ -34,21 +40,83 @@ _EXPRESSIONS: dict[str, str] = {
     "sqrt": "sqrt(x)",
     "square": "x * x",
     "clip": "x > ($T)($beta) ? ($T)($beta) : (x <= ($T)($alpha) ? ($T)($alpha) : x)",
+    "leaky_relu": "x > ($T)(0.0f) ? x : x * $alpha",
+    # expm1, not exp - 1: exp(x) - 1 loses every digit for small |x|.
+    "elu": "x > ($T)(0.0f) ? x : $alpha * expm1(x)",
+    # x / (1 + exp(-alpha*x)) rather than x * sigmoid(alpha*x): one rounding less; where exp
+    # overflows the result is x / inf = -0, the limit.
+    "swish": "x / (($T)(1.0f) + exp(($T)(-$alpha) * x))",
+    # rint rounds half to even in the default rounding mode, as numpy.round does, and keeps -0.
+    "round": "rint(x)",
+    "linear": "($alpha) * x + ($beta)",
+    "pow": "($alpha) * pow(x, ($T)($beta))",
+    "reciprocal": "($T)(1.0f) / x",
 }
 
-ALGORITHMS: tuple[str, ...] = tuple(_EXPRESSIONS)
+# Algorithms that need local values: a function body rather than one expression. mish is
+# x * tanh(softplus(x)) = x * n / (n + 2) with u = e^x, n = u * (u + 2): no cancellation for large
+# negative x (n ~ 2u, the result ~ x*u) and one exp instead of exp, log and tanh. n/(n+2) rounds to
+# 1 in f32 from x ~ 9 on, and u*u overflows (inf/inf is NaN) from x ~ 44: x is returned above 20.
+# soft_relu is softplus(alpha*x) / alpha with softplus(z) = max(z, 0) + log1p(exp(-|z|)), and
+# max(z, 0) / alpha written as x where z > 0: log(1 + exp(z)) overflows for z > 88 and loses the
+# small tail for large negative z, and (alpha*x)/alpha is inf where alpha*x overflows.
+# hardswish returns 0 and x exactly on its saturated ranges rather than x * 0 and x * 1:
+# hardswish(-inf) is 0, not the NaN of -inf * 0. A NaN t fails both tests and stays NaN.
+_BODIES: dict[str, str] = {
+    "hardswish": (
+        "const $T t = ($alpha) * x + ($beta);"
+        " return t <= ($T)(0.0f) ? ($T)(0.0f) : (t >= ($T)(1.0f) ? x : x * t);"
+    ),
+    "hardsigmoid": (
+        "const $T t = ($alpha) * x + ($beta);"
+        " return t <= ($T)(0.0f) ? ($T)(0.0f) : (t >= ($T)(1.0f) ? ($T)(1.0f) : t);"
+    ),
+    "mish": (
+        "const $T u = exp(x); const $T n = u * (u + ($T)(2.0f));"
+        " return x > ($T)(20.0f) ? x : x * n / (n + ($T)(2.0f));"
+    ),
+    "soft_relu": (
+        "const $T z = ($alpha) * x; const $T m = z < ($T)(0.0f) ? z : -z;"
+        " return (z > ($T)(0.0f) ? x : ($T)(0.0f)) + log1p(exp(m)) / ($alpha);"
+    ),
+}
 
-# Algorithms whose result goes through a transcendental built-in (looser tolerance).
-TRANSCENDENTAL: frozenset[str] = frozenset({"gelu_erf", "gelu_tanh", "tanh", "sigmoid", "exp", "log"})
+ALGORITHMS: tuple[str, ...] = tuple(_EXPRESSIONS) + tuple(_BODIES)
+
+# Algorithms whose result goes through a transcendental built-in (looser tolerance). rint is
+# exact, so round is not one.
+TRANSCENDENTAL: frozenset[str] = frozenset(
+    {"gelu_erf", "gelu_tanh", "tanh", "sigmoid", "exp", "log", "elu", "swish", "mish", "soft_relu", "pow"}
+)
+
+# (alpha, beta) of an algorithm whose parameters oneDNN fixes or defaults: the graph API's
+# HardSwish is x * max(0, min(1, x/6 + 1/2)), and soft_relu without alpha is log(1 + e^x) (oneDNN
+# v2's soft_relu, v3's soft_relu with alpha = 1). Everything else defaults to (0, 0).
+DEFAULTS: dict[str, tuple[float, float]] = {
+    "hardswish": (1.0 / 6.0, 0.5),
+    "soft_relu": (1.0, 0.0),
+}
+
+# Algorithms dividing by alpha: alpha = 0 has no meaning there.
+NONZERO_ALPHA: frozenset[str] = frozenset({"soft_relu"})
+
+
+def parameters(alg: str, alpha: float | None, beta: float | None) -> tuple[float, float]:
+    """``alpha`` and ``beta`` with None replaced by the algorithm's default."""
+    default_alpha, default_beta = DEFAULTS.get(alg, (0.0, 0.0))
+    return (
+        default_alpha if alpha is None else float(alpha),
+        default_beta if beta is None else float(beta),
+    )
+
 
 _VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
 
 def _function(name: str, type_name: str, alg: str, alpha: float, beta: float) -> str:
-    expr = string.Template(_EXPRESSIONS[alg]).substitute(
-        T=type_name, alpha=c_float(alpha), beta=c_float(beta)
-    )
-    return f"static inline {type_name} {name}(const {type_name} x) {{ return {expr}; }}\n"
+    body = _BODIES.get(alg) or f"return {_EXPRESSIONS[alg]};"
+    code = string.Template(body).substitute(T=type_name, alpha=c_float(alpha), beta=c_float(beta))
+    return f"static inline {type_name} {name}(const {type_name} x) {{ {code} }}\n"
 
 
 def generate(
@@ -57,13 +125,18 @@ def generate(
     dims: tuple[int, ...],
     src_strides: tuple[int, ...],
     dst_strides: tuple[int, ...],
-    alpha: float = 0.0,
-    beta: float = 0.0,
+    alpha: float | None = None,
+    beta: float | None = None,
     config: KernelConfig,
 ) -> KernelSpec:
-    """OpenCL source computing ``alg`` from ``src`` into ``dst`` (both f32, may be one buffer)."""
-    if alg not in _EXPRESSIONS:
+    """OpenCL source computing ``alg`` from ``src`` into ``dst`` (both f32, may be one buffer).
+
+    ``alpha``/``beta`` of None take the algorithm's default (``DEFAULTS``, else 0)."""
+    if alg not in ALGORITHMS:
         raise ValueError(f"unknown eltwise algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    alpha, beta = parameters(alg, alpha, beta)
+    if alg in NONZERO_ALPHA and alpha == 0.0:
+        raise ValueError(f"{alg} needs a nonzero alpha")
     n = math.prod(dims)
     local = config.local_size
     scalar_fn = _function("op_scalar", "float", alg, alpha, beta)
@@ -113,12 +186,17 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
 
 
-def reference(alg: str, src: np.ndarray, *, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray:
-    """``alg`` applied to ``src`` in float64, returned as float32."""
+def reference(
+    alg: str, src: np.ndarray, *, alpha: float | None = None, beta: float | None = None
+) -> np.ndarray:
+    """``alg`` applied to ``src`` in float64, returned as float32: the textbook formulas, as
+    float64's range and precision cover float32's; only softplus needs logaddexp, which stays
+    finite where exp overflows."""
     x = np.asarray(src, dtype=np.float64)
+    alpha, beta = parameters(alg, alpha, beta) if alg in ALGORITHMS else (0.0, 0.0)
     a, b = float(np.float32(alpha)), float(np.float32(beta))
     with np.errstate(all="ignore"):
-        if alg == "relu":
+        if alg in ("relu", "leaky_relu"):
             y = np.where(x > 0, x, x * a)
         elif alg == "gelu_erf":
             y = 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
@@ -140,6 +218,26 @@ def reference(alg: str, src: np.ndarray, *, alpha: float = 0.0, beta: float = 0.
             y = x * x
         elif alg == "clip":
             y = np.where(x > b, b, np.where(x <= a, a, x))
+        elif alg == "elu":
+            y = np.where(x > 0, x, a * np.expm1(x))
+        elif alg == "swish":
+            y = x / (1.0 + np.exp(-a * x))
+        elif alg in ("hardswish", "hardsigmoid"):
+            t = a * x + b
+            hs = np.where(t <= 0, 0.0, np.where(t >= 1, 1.0, t))  # NaN stays NaN
+            y = hs if alg == "hardsigmoid" else np.where(t <= 0, 0.0, np.where(t >= 1, x, x * t))
+        elif alg == "round":
+            y = np.rint(x)
+        elif alg == "linear":
+            y = a * x + b
+        elif alg == "pow":
+            y = a * np.power(x, b)
+        elif alg == "reciprocal":
+            y = 1.0 / x
+        elif alg == "mish":
+            y = x * np.tanh(np.logaddexp(0.0, x))
+        elif alg == "soft_relu":
+            y = np.logaddexp(0.0, a * x) / a
         else:
             raise ValueError(f"unknown eltwise algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     return y.astype(np.float32)

@@ -34,6 +34,27 @@ def _finite_float(name: str):
     return convert
 
 
+class _Omitted:
+    """An alpha or beta not given: the descriptor resolves it to the algorithm's default once the
+    algorithm is known. Not None, which stays an invalid value rather than a silent default."""
+
+    def __repr__(self) -> str:
+        return "<algorithm default>"
+
+
+_OMITTED = _Omitted()
+
+
+def _parameter(name: str):
+    """``_finite_float``, letting ``_OMITTED`` through for ``__attrs_post_init__`` to resolve."""
+    convert_float = _finite_float(name)
+
+    def convert(value):
+        return value if value is _OMITTED else convert_float(value)
+
+    return convert
+
+
 def _float_key(value: float) -> tuple[float, bool]:
     """Equality and hash key of a float parameter: -0.0 and 0.0 bake different kernel literals
     (x * alpha keeps the sign of zero), so they are different descriptors."""
@@ -50,13 +71,18 @@ def _require_f32(kind: str, descs: dict[str, MemoryDesc]) -> None:
 
 @attrs.frozen(cache_hash=True)
 class EltwiseDesc:
-    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims and layout)."""
+    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims and layout).
+
+    An omitted ``alpha``/``beta`` takes oneDNN's value for the algorithm where it has one
+    (hardswish 1/6 and 1/2, soft_relu alpha 1) and 0 otherwise; the descriptor holds the resolved
+    number, so an explicit default and an omitted one are the same primitive.
+    """
 
     alg: str = attrs.field()
     src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
-    alpha: float = attrs.field(default=0.0, converter=_finite_float("alpha"), eq=_float_key)
-    beta: float = attrs.field(default=0.0, converter=_finite_float("beta"), eq=_float_key)
+    alpha: float = attrs.field(default=_OMITTED, converter=_parameter("alpha"), eq=_float_key)
+    beta: float = attrs.field(default=_OMITTED, converter=_parameter("beta"), eq=_float_key)
 
     kind = "eltwise"
 
@@ -69,6 +95,13 @@ class EltwiseDesc:
             )
 
     def __attrs_post_init__(self) -> None:
+        alpha, beta = eltwise_kernels.parameters(
+            self.alg,
+            None if self.alpha is _OMITTED else self.alpha,
+            None if self.beta is _OMITTED else self.beta,
+        )
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "beta", beta)
         if self.dst is None:
             object.__setattr__(self, "dst", self.src)
         _memory_desc("dst")(self, None, self.dst)
@@ -78,6 +111,10 @@ class EltwiseDesc:
             )
         if self.alg == "clip" and self.alpha > self.beta:
             raise InvalidArgumentError(f"clip needs alpha <= beta, got alpha={self.alpha} beta={self.beta}")
+        if self.alg in eltwise_kernels.NONZERO_ALPHA and self.alpha == 0.0:
+            raise InvalidArgumentError(
+                f"{self.alg} divides by alpha: alpha must be nonzero, got {self.alpha}"
+            )
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
@@ -105,12 +142,18 @@ class EltwiseDesc:
 
 @attrs.frozen(cache_hash=True)
 class BinaryDesc:
-    """``dst = alg(src0, src1)`` with numpy broadcasting; ``dst`` defaults to the dense broadcast shape."""
+    """``dst = alg(src0, src1)`` with numpy broadcasting; ``dst`` defaults to the dense broadcast shape.
+
+    ``select`` (oneDNN's binary_select, ``dst = src2 ? src0 : src1``) takes its condition as the
+    keyword ``src2``, broadcast like the sources; the other algorithms refuse one. Keyword-only so
+    that ``BinaryDesc(alg, src0, src1, dst)`` keeps its meaning.
+    """
 
     alg: str = attrs.field()
     src0: MemoryDesc = attrs.field(validator=_memory_desc("src0"))
     src1: MemoryDesc = attrs.field(validator=_memory_desc("src1"))
     dst: MemoryDesc = attrs.field(default=None)
+    src2: MemoryDesc | None = attrs.field(default=None, kw_only=True)
 
     kind = "binary"
 
@@ -122,24 +165,35 @@ class BinaryDesc:
             )
 
     def __attrs_post_init__(self) -> None:
-        try:
-            dims = binary_kernels.broadcast_dims(self.src0.dims, self.src1.dims)
-        except ValueError:
+        sources = {"src0": self.src0, "src1": self.src1}
+        if self.alg in binary_kernels.TERNARY:
+            if self.src2 is None:
+                raise ArgumentMismatchError(f"{self.alg} needs src2, the condition")
+            _memory_desc("src2")(self, None, self.src2)
+            sources["src2"] = self.src2
+        elif self.src2 is not None:
             raise ArgumentMismatchError(
-                f"src0 dims {self.src0.dims} and src1 dims {self.src1.dims} do not broadcast"
-            ) from None
+                f"{self.alg} takes no src2 (only {', '.join(sorted(binary_kernels.TERNARY))} does)"
+            )
+        try:
+            dims = binary_kernels.broadcast_dims(*(md.dims for md in sources.values()))
+        except ValueError:
+            shapes = " and ".join(f"{name} dims {md.dims}" for name, md in sources.items())
+            raise ArgumentMismatchError(f"{shapes} do not broadcast") from None
         if self.dst is None:
             object.__setattr__(self, "dst", MemoryDesc(dims, self.src0.dtype))
         _memory_desc("dst")(self, None, self.dst)
         if self.dst.dims != dims:
+            of = " and ".join(f"{name} {md.dims}" for name, md in sources.items())
             raise ArgumentMismatchError(
-                f"dst dims {self.dst.dims} differ from the broadcast of src0 {self.src0.dims} "
-                f"and src1 {self.src1.dims}, which is {dims}"
+                f"dst dims {self.dst.dims} differ from the broadcast of {of}, which is {dims}"
             )
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src0": self.src0, "src1": self.src1, "dst": self.dst}
+        if self.src2 is None:
+            return {"src0": self.src0, "src1": self.src1, "dst": self.dst}
+        return {"src0": self.src0, "src1": self.src1, "src2": self.src2, "dst": self.dst}
 
     @property
     def label(self) -> str:
@@ -156,6 +210,8 @@ class BinaryDesc:
             src0_strides=self.src0.strides,
             src1_dims=self.src1.dims,
             src1_strides=self.src1.strides,
+            src2_dims=None if self.src2 is None else self.src2.dims,
+            src2_strides=None if self.src2 is None else self.src2.strides,
             dst_strides=self.dst.strides,
             config=config,
         )

@@ -38,7 +38,7 @@ def _attrs(desc) -> str:
         f"{f.name}:{getattr(desc, f.name):g}" if isinstance(getattr(desc, f.name), float)
         else f"{f.name}:{getattr(desc, f.name)}"
         for f in fields
-        if f.name not in desc.arg_descs
+        if f.name not in desc.arg_descs and getattr(desc, f.name) is not None
     ]
     return " ".join(parts)
 
