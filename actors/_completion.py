@@ -35,6 +35,10 @@ _COMPLETE = cl.command_execution_status.COMPLETE
 
 @attrs.define(eq=False)
 class _Pending:
+    """One awaited event. Deliveries name this object, never the event's address: once an event
+    is freed, a new one can get its address while a late delivery for the old one is under way."""
+
+    key: int
     cl_event: cl.Event
     done: trio.Event = attrs.field(factory=trio.Event)
 
@@ -120,7 +124,7 @@ class CompletionActor:
 
     def __init__(self) -> None:
         self._pending: dict[int, _Pending] = {}
-        self._poll_order: collections.deque[int] = collections.deque()
+        self._poll_order: collections.deque[_Pending] = collections.deque()
         self._token: trio.lowlevel.TrioToken | None = None
         self._closed = False
         self._callbacks = 0
@@ -173,57 +177,54 @@ class CompletionActor:
         key = cl_event.int_ptr
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending(cl_event)
-            self._poll_order.append(key)
-            notify = functools.partial(self._from_thread, self._complete_by_waiter, key)
+            pending = self._pending[key] = _Pending(key, cl_event)
+            self._poll_order.append(pending)
+            notify = functools.partial(self._from_thread, self._complete_by_waiter, pending)
             timely = waiter is not None and waiter.watch(seq, cl_event, notify)
             self._watches += waiter is not None
             if not timely:
                 self._callbacks += 1
-                cl_event.set_callback(
-                    _COMPLETE, functools.partial(self._from_callback, key)
-                )
+                cl_event.set_callback(_COMPLETE, functools.partial(self._from_callback, pending))
         await pending.done.wait()
         return cl_event.command_execution_status
 
-    def _from_callback(self, key: int, status: int) -> None:
-        self._from_thread(self._complete_by_callback, key)
+    def _from_callback(self, pending: _Pending, status: int) -> None:
+        self._from_thread(self._complete_by_callback, pending)
 
-    def _from_thread(self, complete, key: int) -> None:
+    def _from_thread(self, complete, pending: _Pending) -> None:
         try:
-            self._token.run_sync_soon(complete, key)
+            self._token.run_sync_soon(complete, pending)
         except trio.RunFinishedError:
             pass  # the run ended; nobody is left to wake
 
-    def _complete_by_waiter(self, key: int) -> None:
-        if self._deliver(key):
+    def _complete_by_waiter(self, pending: _Pending) -> None:
+        if self._deliver(pending):
             self._by_waiter += 1
 
-    def _complete_by_callback(self, key: int) -> None:
-        if self._deliver(key):
+    def _complete_by_callback(self, pending: _Pending) -> None:
+        if self._deliver(pending):
             self._by_callback += 1
 
-    def _deliver(self, key: int) -> bool:
-        pending = self._pending.pop(key, None)
-        if pending is None:
+    def _deliver(self, pending: _Pending) -> bool:
+        if self._pending.get(pending.key) is not pending:
             return False  # another path was first
+        del self._pending[pending.key]
         pending.done.set()
         if not self._pending:
-            self._poll_order.clear()  # only keys already delivered are left in it
+            self._poll_order.clear()  # only entries already delivered are left in it
         return True
 
     def _poll(self) -> None:
         # Round-robin over pending events: keys delivered by another path are dropped as met.
         order = self._poll_order
         for _ in range(min(self.POLL_LIMIT, len(order))):
-            key = order.popleft()
-            pending = self._pending.get(key)
-            if pending is None:
+            pending = order.popleft()
+            if self._pending.get(pending.key) is not pending:
                 continue
             if pending.cl_event.command_execution_status <= _COMPLETE:
-                self._deliver(key)
+                self._deliver(pending)
                 self._by_poll += 1
                 if not order:
                     return
             else:
-                order.append(key)
+                order.append(pending)

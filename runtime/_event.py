@@ -54,7 +54,8 @@ class Event(Submission):
         if self.pending_submit:
             await self.wait_submitted()
         if not self.completed:
-            status = await self._completion.wait(self.native, self.actor.waiters[self.lane], self.seq)
+            waiter = self.actor.waiters[self.lane]
+            status = await self._completion.wait(self.native, waiter, self.seq)
             self._settle(status)
         else:
             await trio.lowlevel.checkpoint()
