@@ -26,13 +26,6 @@ class ProfilingTimes:
         return self.end - self.start
 
 
-def _status_name(status: int) -> str:
-    try:
-        return cl.status_code.to_string(status)
-    except (ValueError, AttributeError):
-        return str(status)
-
-
 @attrs.define(eq=False, slots=True)
 class Event(Submission):
     """Completion of one submitted command.
@@ -45,7 +38,6 @@ class Event(Submission):
 
     _completion: object = None  # the runtime's CompletionActor
     _profiling: bool = False
-    _status: int | None = None
 
     def __await__(self):
         return self.wait().__await__()
@@ -70,9 +62,13 @@ class Event(Submission):
             # Only reachable after the runtime closed under cancellation, queues unfinished.
             self.set_failed(ClosedError("the runtime closed before the command completed"))
             return
-        self._status = status
         if status < 0:
-            self.set_failed(ExecutionError(f"device reported {_status_name(status)} ({status})"))
+            # PoCL reports a failed dependency as -1 (which is also CL_DEVICE_NOT_FOUND's number),
+            # so the raw execution status is the honest thing to show.
+            self.set_failed(ExecutionError(
+                f"the command ended with execution status {status} (its device failed it, "
+                "or a command it waited for failed)"
+            ))
         self.completed = True
 
     @property
