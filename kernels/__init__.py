@@ -5,7 +5,7 @@ objects; the actors compile what these modules generate, and the tests compare a
 references.
 """
 
-from . import binary, eltwise, reduction, softmax, tolerance
+from . import binary, concat, eltwise, matmul, reduction, softmax, sum, tolerance
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
 
 __all__ = [
@@ -13,11 +13,14 @@ __all__ = [
     "KernelSpec",
     "binary",
     "c_float",
+    "concat",
     "dense_strides",
     "eltwise",
     "is_dense",
+    "matmul",
     "reduction",
     "select_config",
     "softmax",
+    "sum",
     "tolerance",
 ]

@@ -39,6 +39,7 @@ from ._primitive_cache import (
 from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
+from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
@@ -51,6 +52,7 @@ __all__ = [
     "BuildError",
     "CacheBlobError",
     "ClosedError",
+    "ConcatDesc",
     "DependencyError",
     "DeviceIdentity",
     "DeviceInfo",
@@ -79,6 +81,7 @@ __all__ = [
     "Stream",
     "StreamFlags",
     "StreamStatistics",
+    "SumDesc",
     "TriodnnError",
     "UnsupportedError",
     "available_engines",

@@ -22,6 +22,7 @@ from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
+from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from .kernels import KernelConfig, KernelSpec
 
@@ -30,12 +31,16 @@ FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<I")
 
 # Descriptor kinds a blob can carry; descriptors of other classes are left out of engine blobs.
-DESC_CLASSES = {cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc)}
+DESC_CLASSES = {
+    cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc)
+}
 
 
 def _value_to_json(value):
     if isinstance(value, MemoryDesc):
         return {"memory_desc": {"dims": value.dims, "dtype": value.dtype, "strides": value.strides}}
+    if isinstance(value, tuple):
+        return {"tuple": [_value_to_json(v) for v in value]}
     return value
 
 
@@ -43,6 +48,8 @@ def _value_from_json(value):
     if isinstance(value, dict) and "memory_desc" in value:
         md = value["memory_desc"]
         return MemoryDesc(tuple(md["dims"]), md["dtype"], tuple(md["strides"]))
+    if isinstance(value, dict) and "tuple" in value:
+        return tuple(_value_from_json(v) for v in value["tuple"])
     return value
 
 

@@ -32,15 +32,29 @@ def _descs(desc) -> str:
     return " ".join(f"{name}:{md}" for name, md in desc.arg_descs.items())
 
 
+def _is_memory(value) -> bool:
+    from ._memory_desc import MemoryDesc
+
+    if isinstance(value, tuple):
+        return bool(value) and all(isinstance(v, MemoryDesc) for v in value)
+    return isinstance(value, MemoryDesc)
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ":".join(_format(v) for v in value)
+    return str(value)
+
+
 def _attrs(desc) -> str:
+    """Every descriptor field but its memory descriptors (listed apart), comma-free."""
     fields = getattr(type(desc), "__attrs_attrs__", ())
-    parts = [
-        f"{f.name}:{getattr(desc, f.name):g}" if isinstance(getattr(desc, f.name), float)
-        else f"{f.name}:{getattr(desc, f.name)}"
-        for f in fields
-        if f.name not in desc.arg_descs and getattr(desc, f.name) is not None
-    ]
-    return " ".join(parts)
+    values = ((f.name, getattr(desc, f.name)) for f in fields)
+    return " ".join(
+        f"{name}:{_format(value)}" for name, value in values if value is not None and not _is_memory(value)
+    )
 
 
 def primitive_created(how: str, engine, primitive, seconds: float) -> None:
