@@ -5,7 +5,7 @@ objects; the actors compile what these modules generate, and the tests compare a
 references.
 """
 
-from . import binary, concat, eltwise, matmul, reduction, softmax, sum, tolerance
+from . import binary, concat, eltwise, matmul, reduction, reorder, softmax, sum, tolerance
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "is_dense",
     "matmul",
     "reduction",
+    "reorder",
     "select_config",
     "softmax",
     "sum",

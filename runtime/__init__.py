@@ -39,6 +39,7 @@ from ._primitive_cache import (
 from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
+from ._reorder_desc import ReorderDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
@@ -76,6 +77,7 @@ __all__ = [
     "ProfilingError",
     "ProfilingTimes",
     "ReductionDesc",
+    "ReorderDesc",
     "Runtime",
     "SoftmaxDesc",
     "Stream",

@@ -22,6 +22,7 @@ from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
+from ._reorder_desc import ReorderDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from .kernels import KernelConfig, KernelSpec
@@ -32,7 +33,11 @@ _LENGTH = struct.Struct("<I")
 
 # Descriptor kinds a blob can carry; descriptors of other classes are left out of engine blobs.
 DESC_CLASSES = {
-    cls.kind: cls for cls in (EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc)
+    cls.kind: cls
+    for cls in (
+        EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc,
+        ReorderDesc,
+    )
 }
 
 
