@@ -5,7 +5,7 @@ objects; the actors compile what these modules generate, and the tests compare a
 references.
 """
 
-from . import binary, concat, eltwise, matmul, reduction, reorder, softmax, sum, tolerance
+from . import binary, concat, convolution, eltwise, matmul, reduction, reorder, softmax, sum, tolerance
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "binary",
     "c_float",
     "concat",
+    "convolution",
     "dense_strides",
     "eltwise",
     "is_dense",

@@ -36,6 +36,7 @@ from ._primitive_cache import (
     primitive_cache_statistics,
     set_primitive_cache_capacity,
 )
+from ._convolution_desc import ConvolutionDesc
 from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
@@ -54,6 +55,7 @@ __all__ = [
     "CacheBlobError",
     "ClosedError",
     "ConcatDesc",
+    "ConvolutionDesc",
     "DependencyError",
     "DeviceIdentity",
     "DeviceInfo",

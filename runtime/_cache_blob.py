@@ -18,6 +18,7 @@ import struct
 import attrs
 
 from ._errors import CacheBlobError
+from ._convolution_desc import ConvolutionDesc
 from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
@@ -36,7 +37,7 @@ DESC_CLASSES = {
     cls.kind: cls
     for cls in (
         EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc,
-        ReorderDesc,
+        ReorderDesc, ConvolutionDesc,
     )
 }
 

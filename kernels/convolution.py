@@ -1,0 +1,187 @@
+"""Convolution forward, direct: 1D/2D/3D, strides, asymmetric padding, dilation, groups, bias.
+
+``dst[n, oc, o...] = bias[oc] + sum_{ic in group, k...} src[n, g*ICg + ic, o*s - pl + k*dil] *
+weights[oc, ic, k...]`` where ``g = oc // OCg`` and out-of-range src positions (the padding) read
+as zero. Weights are ``(OC, IC/groups, k...)``; every tensor takes any strides (NCHW and NHWC
+are both just strides), which are baked into the source as constants.
+
+Each work-item computes one output position for a block of ``OCB`` output channels of one group,
+keeping the accumulators in registers (register blocking, no local memory: on PoCL's CPU device
+that is the faster choice). It walks (ic, kernel window) once, loading each src value once and
+reusing it for the whole channel block; window positions falling into the padding are skipped by
+bounds checks. A block that runs past the group's channels (OCg not a multiple of OCB) takes a
+path that checks each channel.
+
+Geometry: dim 0 = output positions (flattened), dim 1 = (group, channel block), dim 2 = batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._spec import KernelConfig, KernelSpec, padded_global
+
+
+def out_size(in_size: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
+    """``(in + pl + pr - ((k - 1) * dil + 1)) // s + 1``; may be < 1 when the kernel does not fit."""
+    return (in_size + pad_l + pad_r - ((kernel - 1) * dilation + 1)) // stride + 1
+
+
+def channel_block(config: KernelConfig, ocg: int) -> int:
+    """Output channels per work-item: up to 16 on the CPU (vector) configuration, 4 on GPUs."""
+    cap = 16 if config.vector_width >= 16 else 4
+    return max(1, min(cap, ocg))
+
+
+def generate(
+    *,
+    src_dims: tuple[int, ...],
+    src_strides: tuple[int, ...],
+    wei_dims: tuple[int, ...],
+    wei_strides: tuple[int, ...],
+    dst_dims: tuple[int, ...],
+    dst_strides: tuple[int, ...],
+    bias_strides: tuple[int, ...] | None,
+    strides: tuple[int, ...],
+    padding_l: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    config: KernelConfig,
+) -> KernelSpec:
+    nsp = len(src_dims) - 2
+    n, c = src_dims[:2]
+    oc = wei_dims[0]
+    icg = wei_dims[1]
+    ksz = tuple(wei_dims[2:])
+    isp = tuple(src_dims[2:])
+    osp = tuple(dst_dims[2:])
+    if icg * groups != c or oc % groups:
+        raise ValueError(f"channels src {c}, weights {wei_dims} do not fit {groups} groups")
+    ocg = oc // groups
+    ocb = channel_block(config, ocg)
+    nblk = math.ceil(ocg / ocb)
+    npos = math.prod(osp)
+    has_bias = bias_strides is not None
+    ss, ws, ds = src_strides, wei_strides, dst_strides
+    axes = "dhw"[3 - nsp:]  # names of the spatial axes, outermost first
+
+    # Output position from the linear id, innermost axis first (divisions by constants).
+    pos = ["long r = (long)p;"]
+    for i in reversed(range(nsp)):
+        pos.append(f"const long o{axes[i]} = r % {osp[i]}L; r /= {osp[i]}L;")
+    pos_code = "\n    ".join(pos)
+    dst_sp = " + ".join(f"o{axes[i]} * {ds[2 + i]}L" for i in range(nsp))
+
+    def window(check_oc: bool) -> str:
+        # Nested loops over the kernel window with constant bounds; each level skips positions
+        # that fall into the padding. Innermost: one src load, OCB multiply-adds.
+        lines = []
+        indent = " " * 12
+        for i, a in enumerate(axes):
+            lines.append(f"{indent}for (long k{a} = 0; k{a} < {ksz[i]}L; ++k{a}) {{")
+            indent += "    "
+            lines.append(f"{indent}const long i{a} = o{a} * {strides[i]}L - {padding_l[i]}L + k{a} * {dilation[i]}L;")
+            lines.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
+        src_off = " + ".join(f"i{a} * {ss[2 + i]}L" for i, a in enumerate(axes))
+        wei_off = " + ".join(f"k{a} * {ws[2 + i]}L" for i, a in enumerate(axes))
+        lines.append(f"{indent}const float x = src_c[{src_off}];")
+        lines.append(f"{indent}const long wk = {wei_off};")
+        for j in range(ocb):
+            guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
+            lines.append(f"{indent}{guard}acc{j} += x * wei_c[{j * ws[0]}L + wk];")
+        for _ in axes:
+            indent = indent[:-4]
+            lines.append(f"{indent}}}")
+        return "\n".join(lines)
+
+    def block(check_oc: bool) -> str:
+        accs = " ".join(f"float acc{j} = 0.0f;" for j in range(ocb))
+        stores = []
+        for j in range(ocb):
+            guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
+            bias = f" + bias[(gc + {j}) * {bias_strides[0]}L]" if has_bias else ""
+            stores.append(f"        {guard}dst[off_d + (gc + {j}) * {ds[1]}L] = acc{j}{bias};")
+        return f"""
+        {accs}
+        for (long ic = 0; ic < {icg}L; ++ic) {{
+            __global const float* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
+            __global const float* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
+{window(check_oc)}
+        }}
+{chr(10).join(stores)}"""
+
+    edge = ocg % ocb != 0
+    if edge:
+        body = f"""    if (oc0 + {ocb}L <= {ocg}L) {{{block(False)}
+    }} else {{{block(True)}
+    }}"""
+    else:
+        body = f"    {{{block(False)}\n    }}"
+
+    bias_param = " __global const float* bias," if has_bias else ""
+    local = max(1, min(config.local_size, npos))
+    source = f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
+                              __global float* dst) {{
+    const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
+    if (p >= {npos}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
+    const long g = (long)(gb / {nblk}UL);
+    const long oc0 = (long)(gb % {nblk}UL) * {ocb}L;   /* first output channel, within the group */
+    const long gc = g * {ocg}L + oc0;                    /* first output channel, overall */
+    {pos_code}
+    const long off_s = (long)b * {ss[0]}L;
+    const long off_d = (long)b * {ds[0]}L + {dst_sp};
+{body}
+}}
+"""
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="convolution_fwd",
+        arg_names=args,
+        global_size=(padded_global(npos, local), groups * nblk, n),
+        local_size=(local, 1, 1),
+        impl=f"ocl:direct:oc{ocb}:l{local}",
+    )
+
+
+def reference(
+    src: np.ndarray,
+    weights: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    strides=None,
+    padding_l=None,
+    padding_r=None,
+    dilation=None,
+    groups: int = 1,
+) -> np.ndarray:
+    """The convolution in float64 (returned as float32): one einsum per kernel offset.
+
+    ``weights`` is (OC, IC/groups, k...); ``dilation`` is a plain factor (1 = none).
+    """
+    x = np.asarray(src, np.float64)
+    w = np.asarray(weights, np.float64)
+    nsp = x.ndim - 2
+    s = tuple(strides or (1,) * nsp)
+    pl = tuple(padding_l or (0,) * nsp)
+    pr = tuple(padding_r or pl)
+    dil = tuple(dilation or (1,) * nsp)
+    n, c = x.shape[:2]
+    oc, icg = w.shape[:2]
+    ksz = w.shape[2:]
+    osp = tuple(out_size(x.shape[2 + i], ksz[i], s[i], pl[i], pr[i], dil[i]) for i in range(nsp))
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pl[i], pr[i]) for i in range(nsp)])
+    xp = xp.reshape((n, groups, icg) + xp.shape[2:])
+    wg = w.reshape((groups, oc // groups, icg) + tuple(ksz))
+    y = np.zeros((n, groups, oc // groups) + osp)
+    for koff in np.ndindex(*ksz):
+        window = (slice(None),) * 3 + tuple(
+            slice(koff[i] * dil[i], koff[i] * dil[i] + (osp[i] - 1) * s[i] + 1, s[i]) for i in range(nsp)
+        )
+        y += np.einsum("ngc...,goc->ngo...", xp[window], wg[(Ellipsis,) + koff])
+    y = y.reshape((n, oc) + osp)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64).reshape((1, oc) + (1,) * nsp)
+    return y.astype(np.float32)
