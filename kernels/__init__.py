@@ -5,7 +5,20 @@ objects; the actors compile what these modules generate, and the tests compare a
 references.
 """
 
-from . import binary, concat, convolution, eltwise, matmul, reduction, reorder, softmax, sum, tolerance
+from . import (
+    binary,
+    concat,
+    convolution,
+    eltwise,
+    matmul,
+    normalization,
+    pooling,
+    reduction,
+    reorder,
+    softmax,
+    sum,
+    tolerance,
+)
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
 
 __all__ = [
@@ -19,6 +32,8 @@ __all__ = [
     "eltwise",
     "is_dense",
     "matmul",
+    "normalization",
+    "pooling",
     "reduction",
     "reorder",
     "select_config",

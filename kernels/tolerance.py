@@ -91,3 +91,33 @@ def binary(alg: str) -> float:
     from .binary import EXACT
 
     return BINARY_EXACT if alg in EXACT else BINARY
+
+
+# The kinds below keep their thresholds beside their generators, where the reasoning about their
+# rounding lives; these entries make this module the one place to look them all up.
+
+
+def pooling(alg: str, window: int) -> float:
+    """Max pooling is exact; averages round once per summed element (see kernels/pooling.py)."""
+    from .pooling import tolerance as pooling_tolerance
+
+    return pooling_tolerance(alg, window)
+
+
+def normalization(kind: str) -> float:
+    """Layer, RMS, group (8 eps) and batch normalization (6e-7), after benchdnn's thresholds."""
+    from . import normalization as norm
+
+    return {
+        "layer_normalization": norm.LNORM,
+        "rms_normalization": norm.RMSNORM,
+        "group_normalization": norm.GNORM,
+        "batch_normalization": norm.BNORM,
+    }[kind]
+
+
+def sum_(n_inputs: int) -> float:
+    """eps * N, benchdnn's sum threshold (see kernels/sum.py)."""
+    from .sum import threshold
+
+    return threshold(n_inputs)

@@ -30,6 +30,13 @@ from ._event import Event, ProfilingTimes
 from ._memory import Memory
 from ._memory_desc import MemoryDesc
 from ._primitive import Primitive
+from ._pool_norm_desc import (
+    BatchNormInferenceDesc,
+    GroupNormDesc,
+    LayerNormDesc,
+    PoolingDesc,
+    RMSNormDesc,
+)
 from ._primitive_cache import (
     PrimitiveCacheStatistics,
     get_primitive_cache_capacity,
@@ -49,6 +56,11 @@ from ._stream import Stream, StreamFlags, StreamStatistics
 from ._version import __version__
 
 __all__ = [
+    "BatchNormInferenceDesc",
+    "GroupNormDesc",
+    "LayerNormDesc",
+    "PoolingDesc",
+    "RMSNormDesc",
     "ArgumentMismatchError",
     "BinaryDesc",
     "BuildError",

@@ -21,6 +21,13 @@ from ._errors import CacheBlobError
 from ._convolution_desc import ConvolutionDesc
 from ._matmul_desc import MatmulDesc
 from ._memory_desc import MemoryDesc
+from ._pool_norm_desc import (
+    BatchNormInferenceDesc,
+    GroupNormDesc,
+    LayerNormDesc,
+    PoolingDesc,
+    RMSNormDesc,
+)
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
 from ._reorder_desc import ReorderDesc
@@ -37,7 +44,8 @@ DESC_CLASSES = {
     cls.kind: cls
     for cls in (
         EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc,
-        ReorderDesc, ConvolutionDesc,
+        ReorderDesc, ConvolutionDesc, PoolingDesc, LayerNormDesc, RMSNormDesc,
+        BatchNormInferenceDesc, GroupNormDesc,
     )
 }
 

@@ -1,0 +1,201 @@
+"""Pooling forward: generator beside its OpenCL source, the float64 reference and thresholds.
+
+Algorithms, by oneDNN name: ``max`` (``pooling_max``), ``avg_include_padding`` and
+``avg_exclude_padding``. Tensors are ``(N, C, spatial...)`` by dims with 1, 2 or 3 spatial
+dimensions, in any strides (NXC layouts are NCX dims with channel-last strides).
+
+Output extent per spatial dimension, as oneDNN's: ``out = (in + pl + pr - ((k - 1) * dil + 1)) // s + 1``.
+``dilation`` here is the plain factor (1 = no dilation); oneDNN counts it from 0, so oneDNN's
+``dilation`` d is this module's ``d + 1``.
+
+One work-item per output element. For each spatial dimension the range of kernel taps that land
+inside the input is computed once (``lo``/``hi``), so the tap loops carry no bounds checks;
+``avg_exclude_padding`` divides by the number of those taps, ``avg_include_padding`` by the full
+kernel size (oneDNN's rule: padding counts as zeros). ``max`` ignores NaN inputs (ternaries, as
+reduction's max). Every window must hold at least one input element; the descriptor refuses
+geometries where one does not (oneDNN would write -FLT_MAX or divide by zero there).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._spec import KernelConfig, KernelSpec, c_float, padded_global
+
+ALGORITHMS: tuple[str, ...] = ("max", "avg_include_padding", "avg_exclude_padding")
+
+_F32_EPS = float(np.finfo(np.float32).eps)
+
+# Thresholds, after benchdnn's pool driver (tests/benchdnn/pool/pool.cpp, setup_cmp, and the f32
+# cfg in pool/cfg.cpp): benchdnn fills pooling inputs with small integers so that averages of a
+# window are exact and compares f32 with an eps-level threshold. ``max`` copies an input element:
+# nothing rounds, threshold 0. The tests here use random floats, where the f32 window sum rounds
+# at each of its n - 1 additions and the division once more, so the average gets n * eps (the
+# sum's error is relative to the partial sums' magnitude, not to the possibly small average).
+POOLING_MAX = 0.0
+
+
+def tolerance(alg: str, window: int) -> float:
+    """Threshold for ``alg`` with windows of ``window`` taps (kernel size product)."""
+    if alg == "max":
+        return POOLING_MAX
+    return max(2, window) * _F32_EPS
+
+
+def output_extent(in_len: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
+    """oneDNN's output length of one spatial dimension (may be <= 0 for invalid geometries)."""
+    return (in_len + pad_l + pad_r - ((kernel - 1) * dilation + 1)) // stride + 1
+
+
+def empty_window(in_len: int, out_len: int, kernel: int, stride: int, pad_l: int, dilation: int) -> int | None:
+    """The first output index whose window holds no input element, None when every window does."""
+    for o in range(out_len):
+        start = o * stride - pad_l
+        if not any(0 <= start + k * dilation < in_len for k in range(kernel)):
+            return o
+    return None
+
+
+def generate(
+    alg: str,
+    *,
+    src_dims: tuple[int, ...],
+    src_strides: tuple[int, ...],
+    dst_dims: tuple[int, ...],
+    dst_strides: tuple[int, ...],
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    padding_l: tuple[int, ...],
+    dilation: tuple[int, ...],
+    config: KernelConfig,
+) -> KernelSpec:
+    """OpenCL source pooling ``src`` into ``dst``; geometry already validated by the descriptor."""
+    if alg not in ALGORITHMS:
+        raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    nsp = len(src_dims) - 2
+    if not 1 <= nsp <= 3 or not len(kernel) == len(strides) == len(padding_l) == len(dilation) == nsp:
+        raise ValueError(f"pooling needs 1 to 3 spatial dims with one kernel/stride/padding/dilation each")
+    outputs = math.prod(dst_dims)
+    local = config.local_size
+
+    # Decode the dst coordinates, innermost first.
+    lines = ["ulong r = i;"]
+    for axis in reversed(range(len(dst_dims))):
+        d = dst_dims[axis]
+        if axis == 0:
+            lines.append("const ulong x0 = r;")
+        else:
+            lines.append(f"const ulong x{axis} = r % {d}UL; r /= {d}UL;")
+    dst_off = " + ".join(f"x{a} * {dst_strides[a]}UL" for a in range(len(dst_dims)))
+    lines.append(f"const ulong off_dst = {dst_off};")
+    lines.append(f"const ulong base = x0 * {src_strides[0]}UL + x1 * {src_strides[1]}UL;")
+    for k in range(nsp):
+        a = k + 2
+        i_len, kk, s, p, d = src_dims[a], kernel[k], strides[k], padding_l[k], dilation[k]
+        lines.append(f"const long is{k} = (long)x{a} * {s}L - {p}L;")
+        # First tap at or after index 0, and one past the last tap before in_len (C division
+        # truncates toward zero; hi <= 0 leaves the loop empty, which validation rules out anyway).
+        lines.append(f"const long lo{k} = is{k} < 0 ? (-is{k} + {d - 1}L) / {d}L : 0L;")
+        lines.append(f"long hi{k} = ({i_len}L - is{k} + {d - 1}L) / {d}L; hi{k} = hi{k} > {kk}L ? {kk}L : hi{k};")
+
+    if alg == "max":
+        init = "float acc = -INFINITY;"
+        step = "acc = x > acc ? x : acc;"
+    else:
+        init = "float acc = 0.0f;"
+        step = "acc += x;"
+    loops, closes = [], []
+    base = "base"
+    for k in range(nsp):
+        a = k + 2
+        loops.append(
+            f"for (long k{k} = lo{k}; k{k} < hi{k}; ++k{k}) {{ "
+            f"const ulong o{k} = {base} + (ulong)(is{k} + k{k} * {dilation[k]}L) * {src_strides[a]}UL;"
+        )
+        closes.append("}")
+        base = f"o{k}"
+    inner = f"{{ const float x = src[{base}]; {step} }}"
+    if alg == "max":
+        result = "acc"
+    elif alg == "avg_include_padding":
+        result = f"acc / {c_float(math.prod(kernel))}"
+    else:
+        count = " * ".join(f"(hi{k} - lo{k})" for k in range(nsp))
+        result = f"acc / (float)({count})"
+    decode = "\n    ".join(lines)
+    loop_code = "\n    ".join(loops + [inner, "".join(closes)])
+    source = f"""__kernel void pooling_fwd(__global const float* src, __global float* dst) {{
+    const ulong i = get_global_id(0);
+    if (i >= {outputs}UL) return;
+    {decode}
+    {init}
+    {loop_code}
+    dst[off_dst] = {result};
+}}
+"""
+    return KernelSpec(
+        source=source,
+        name="pooling_fwd",
+        arg_names=("src", "dst"),
+        global_size=(padded_global(outputs, local),),
+        local_size=(local,),
+        impl=f"ocl:per_output:l{local}",
+    )
+
+
+def reference(
+    alg: str,
+    src: np.ndarray,
+    *,
+    kernel,
+    strides,
+    padding_l,
+    padding_r=None,
+    dilation=None,
+) -> np.ndarray:
+    """``alg`` pooling of ``src`` (N, C, spatial...) in float64, returned as float32."""
+    if alg not in ALGORITHMS:
+        raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    x = np.asarray(src, dtype=np.float64)
+    nsp = x.ndim - 2
+
+    def per_dim(value):  # an int means the same for every spatial dim, as the descriptor's
+        value = (value,) if isinstance(value, int) else tuple(value)
+        return value * nsp if len(value) == 1 else value
+
+    kernel, strides, padding_l = per_dim(kernel), per_dim(strides), per_dim(padding_l)
+    padding_r = padding_l if padding_r is None else per_dim(padding_r)
+    dilation = (1,) * nsp if dilation is None else per_dim(dilation)
+    out = tuple(
+        output_extent(x.shape[2 + k], kernel[k], strides[k], padding_l[k], padding_r[k], dilation[k])
+        for k in range(nsp)
+    )
+    pad_value = -np.inf if alg == "max" else 0.0
+    # Pad generously on the right so every tap index is valid; padded taps are masked out.
+    widths = [(0, 0), (0, 0)] + [
+        (padding_l[k], max(0, (out[k] - 1) * strides[k] + (kernel[k] - 1) * dilation[k] + 1
+                           - padding_l[k] - x.shape[2 + k]))
+        for k in range(nsp)
+    ]
+    xp = np.pad(x, widths, constant_values=pad_value)
+    valid = np.pad(np.ones(x.shape[2:], dtype=np.float64), widths[2:], constant_values=0.0)
+    acc = np.full(x.shape[:2] + out, -np.inf if alg == "max" else 0.0)
+    count = np.zeros(out)
+    for taps in np.ndindex(*kernel):
+        index = tuple(
+            slice(taps[k] * dilation[k], taps[k] * dilation[k] + (out[k] - 1) * strides[k] + 1, strides[k])
+            for k in range(nsp)
+        )
+        window = xp[(slice(None), slice(None)) + index]
+        if alg == "max":
+            acc = np.maximum(acc, window)
+        else:
+            acc = acc + window
+        count = count + valid[index]
+    if alg == "avg_include_padding":
+        acc = acc / math.prod(kernel)
+    elif alg == "avg_exclude_padding":
+        acc = acc / count
+    return acc.astype(np.float32)
