@@ -13,6 +13,11 @@ bounds checks. A block that runs past the group's channels (OCg not a multiple o
 path that checks each channel.
 
 Geometry: dim 0 = output positions (flattened), dim 1 = (group, channel block), dim 2 = batch.
+
+On the CPU (16-wide vectors), when src is contiguous along the innermost spatial axis, that axis has
+stride 1 and at least 16 outputs, ``_row_vector`` takes over instead: 16 outputs along that axis as
+one float16 per channel (ResNet-50 conv2_x 3x3 on PoCL, 2 cores: 20 -> 140 GFLOP/s; depthwise 3x3
+2.5 -> 11.5). The per-position kernel above stays for every other case and for GPUs.
 """
 
 from __future__ import annotations
@@ -121,6 +126,12 @@ def generate(
         body = f"    {{{block(False)}\n    }}"
 
     bias_param = " __global const float* bias," if has_bias else ""
+    if config.vector_width >= 16 and ss[-1] == 1 and strides[-1] == 1 and osp[-1] >= ROW_VECTOR:
+        return _row_vector(
+            nsp=nsp, n=n, icg=icg, ocg=ocg, groups=groups, ksz=ksz, isp=isp, osp=osp, ss=ss, ws=ws, ds=ds,
+            bias_strides=bias_strides, strides=strides, padding_l=padding_l, dilation=dilation,
+            bias_param=bias_param, config=config,
+        )
     local = max(1, min(config.local_size, npos))
     source = f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
                               __global float* dst) {{
@@ -143,6 +154,136 @@ def generate(
         global_size=(padded_global(npos, local), groups * nblk, n),
         local_size=(local, 1, 1),
         impl=f"ocl:direct:oc{ocb}:l{local}",
+    )
+
+
+ROW_VECTOR = 16  # output positions along the innermost axis per work-item, one float16 lane each
+ROWS_TIMES_CHANNELS = 8  # rows x channels per work-item on the row-vector path: few channels take more rows
+
+
+def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_strides, strides, padding_l,
+                dilation, bias_param, config) -> KernelSpec:
+    """CPU path: 16 consecutive output positions along the innermost axis as one float16 per channel.
+
+    Needs src contiguous along that axis and stride 1 there, so each window tap is 16 contiguous src
+    values (scalar loads that LLVM merges into one unaligned vector load) times one scalar weight
+    per output channel (a broadcast FMA operand): OCB float16 accumulators, one vector load per tap.
+    Outer-axis padding is uniform over the work-item (the tap is skipped); innermost padding is
+    decided per work-item and tap: taps whose 16 lanes are all inside load plainly, the others
+    select per lane. The last block is shifted left to end at the row's end (no partial vectors)
+    and stores only the lanes the previous block did not.
+    """
+    tw = ROW_VECTOR
+    ocb = max(1, min(16, ocg))
+    nblk = math.ceil(ocg / ocb)
+    ow, iw, kw_n = osp[-1], isp[-1], ksz[-1]
+    pw, dw = padding_l[-1], dilation[-1]
+    nwb = math.ceil(ow / tw)
+    th = max(1, min(ROWS_TIMES_CHANNELS // ocb, osp[-2])) if nsp >= 2 else 1
+    nhb = math.ceil(osp[-2] / th) if nsp >= 2 else 1
+    outer = osp[:-2] + ((nhb,) if nsp >= 2 else ())
+    nwork = math.prod(outer) * nwb
+    has_bias = bias_strides is not None
+    axes = "dhw"[3 - nsp:]
+    oa = axes[:-1]
+    pos = ["long r = (long)p;", f"const long wb = r % {nwb}L; r /= {nwb}L;"]
+    for i in reversed(range(nsp - 1)):
+        if i == nsp - 2:  # rows come in blocks of th; the last block shifted up to end at the last row
+            pos.append(f"const long hs0 = (r % {nhb}L) * {th}L; r /= {nhb}L;")
+            pos.append(f"const long o{oa[i]} = hs0 < {osp[i] - th}L ? hs0 : {osp[i] - th}L;")
+        else:
+            pos.append(f"const long o{oa[i]} = r % {osp[i]}L; r /= {osp[i]}L;")
+    pos.append(f"const long ws0 = wb * {tw}L;")
+    pos.append(f"const long ow0 = ws0 < {ow - tw}L ? ws0 : {ow - tw}L;")
+    for k in range(kw_n):
+        pos.append(f"const long b{k} = ow0 - {pw}L + {k * dw}L;")
+        pos.append(f"const int full{k} = b{k} >= 0 && b{k} + {tw - 1}L < {iw}L;")
+    pos_code = "\n    ".join(pos)
+    dst_outer = "".join(f" + o{oa[i]} * {ds[2 + i]}L" for i in range(nsp - 1))
+
+    def taps(check_oc: bool, rr: int) -> str:
+        lines = []
+        indent = " " * 12
+        for i, a in enumerate(oa):
+            lines.append(f"{indent}for (long k{a} = 0; k{a} < {ksz[i]}L; ++k{a}) {{")
+            indent += "    "
+            o = f"(o{a} + {rr}L)" if i == nsp - 2 else f"o{a}"
+            lines.append(f"{indent}const long i{a} = {o} * {strides[i]}L - {padding_l[i]}L + k{a} * {dilation[i]}L;")
+            lines.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
+        src_off = "".join(f" + i{a} * {ss[2 + i]}L" for i, a in enumerate(oa))
+        wei_off = "".join(f" + k{a} * {ws[2 + i]}L" for i, a in enumerate(oa))
+        lines.append(f"{indent}__global const float* row = src_c{src_off} + ow0 - {pw}L;")
+        lines.append(f"{indent}__global const float* wrow = wei_c{wei_off};")
+        for k in range(kw_n):
+            plain = ", ".join(f"row[{k * dw + t}]" for t in range(tw))
+            sel = ", ".join(f"((ulong)(b{k} + {t}L) < {iw}UL ? row[{k * dw + t}] : 0.0f)" for t in range(tw))
+            lines.append(f"{indent}{{")
+            lines.append(f"{indent}    float16 x;")
+            lines.append(f"{indent}    if (full{k}) x = (float16)({plain});")
+            lines.append(f"{indent}    else x = (float16)({sel});")
+            for j in range(ocb):
+                w = f"wrow[{j * ws[0] + k * ws[-1]}L]"
+                if check_oc and j:
+                    w = f"(oc0 + {j} < {ocg}L ? {w} : 0.0f)"
+                lines.append(f"{indent}    acc{j}_{rr} += x * {w};")
+            lines.append(f"{indent}}}")
+        for _ in oa:
+            indent = indent[:-4]
+            lines.append(f"{indent}}}")
+        return "\n".join(lines)
+
+    def block(check_oc: bool) -> str:
+        accs = " ".join(f"float16 acc{j}_{rr} = (float16)(0.0f);" for j in range(ocb) for rr in range(th))
+        stores = []
+        for j, rr in ((j, rr) for j in range(ocb) for rr in range(th)):
+            conds = ([f"oc0 + {j} < {ocg}L"] if check_oc and j else []) + ([f"o{oa[-1]} + {rr}L >= hs0"] if th > 1 else [])
+            guard = f"if ({' && '.join(conds)}) " if conds else ""
+            bias = f" + bias[(gc + {j}) * {bias_strides[0]}L]" if has_bias else ""
+            base = f"off_d + (gc + {j}) * {ds[1]}L" + (f" + {rr * ds[-2]}L" if rr else "")
+            plain = " ".join(f"d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
+            part = " ".join(f"if (ow0 + {t}L >= ws0) d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
+            stores.append(
+                f"        {guard}{{ const float16 v = acc{j}_{rr}{bias}; __global float* d = dst + {base};\n"
+                f"            if (ow0 == ws0) {{ {plain} }}\n"
+                f"            else {{ {part} }} }}"
+            )
+        return f"""
+        {accs}
+        for (long ic = 0; ic < {icg}L; ++ic) {{
+            __global const float* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
+            __global const float* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
+{chr(10).join(taps(check_oc, rr) for rr in range(th))}
+        }}
+{chr(10).join(stores)}"""
+
+    if ocg % ocb:
+        body = f"""    if (oc0 + {ocb}L <= {ocg}L) {{{block(False)}
+    }} else {{{block(True)}
+    }}"""
+    else:
+        body = f"    {{{block(False)}\n    }}"
+    local = max(1, min(config.local_size, nwork))
+    source = f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
+                              __global float* dst) {{
+    const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
+    if (p >= {nwork}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
+    const long g = (long)(gb / {nblk}UL);
+    const long oc0 = (long)(gb % {nblk}UL) * {ocb}L;
+    const long gc = g * {ocg}L + oc0;
+    {pos_code}
+    const long off_s = (long)b * {ss[0]}L;
+    const long off_d = (long)b * {ds[0]}L{dst_outer} + ow0 * {ds[-1]}L;
+{body}
+}}
+"""
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="convolution_fwd",
+        arg_names=args,
+        global_size=(padded_global(nwork, local), groups * nblk, n),
+        local_size=(local, 1, 1),
+        impl=f"ocl:direct:row{tw}:oc{ocb}:h{th}:l{local}",
     )
 
 

@@ -76,6 +76,13 @@ CASES = {
     "3d-ndhwc-strided-dilated": ((2, 3, 7, 5, 6), 4, (2, 3, 2), (2, 1, 2), (1, 0, 1), (0, 2, 1), (2, 1, 1), 1, False, "ndhwc"),
     "3d-groups3": ((1, 6, 4, 4, 5), 3, (1, 2, 3), 1, (0, 1, 1), None, 1, 3, True, None),
     "kernel-equals-input": ((1, 2, 3, 4), 2, (3, 4), 1, 0, None, 1, 1, True, None),
+    # Innermost output >= 16 with src contiguous there: the CPU row-vector path (16 lanes along W).
+    "row-2d-17-channels": ((2, 3, 5, 37), 17, (3, 3), 1, 1, None, 1, 1, True, None),  # shifted last block
+    "row-2d-dilated-asym-groups": ((1, 4, 6, 40), 6, (2, 3), (2, 1), (0, 2), (1, 3), (1, 3), 2, False, None),
+    "row-2d-depthwise": ((1, 5, 4, 16), 5, (3, 3), 1, 1, None, 1, 5, True, None),
+    "row-1d": ((2, 3, 50), 4, (5,), 1, 4, 0, 1, 1, True, None),
+    "row-1d-wide-padding": ((1, 2, 16), 3, (3,), 1, 20, None, 1, 1, False, None),       # all-padding taps
+    "row-3d": ((1, 2, 3, 4, 20), 3, (2, 2, 3), (1, 2, 1), 1, None, (1, 1, 2), 1, True, None),
 }
 
 
@@ -123,6 +130,20 @@ def test_parameters_resolve_to_tuples_and_one_descriptor():
     assert a.kind == "convolution" and tuple(a.arg_descs) == ("src", "weights", "dst")
     spec = a.generate(select_config("cpu", 4096))
     assert spec.arg_names == ("src", "weights", "dst") and spec.impl.startswith("ocl:direct")
+
+
+def test_cpu_path_choice():
+    """Contiguous W, stride 1, OW >= 16: row vectors; NHWC src or W stride 2 or OW < 16: per-position."""
+    cpu = select_config("cpu", 4096)
+    resnet = ConvolutionDesc(MemoryDesc((1, 64, 56, 56)), MemoryDesc((64, 64, 3, 3)), padding_l=1)
+    assert resnet.generate(cpu).impl.startswith("ocl:direct:row16:oc16")
+    for desc in (
+        ConvolutionDesc(MemoryDesc((1, 64, 56, 56), "f32", "nhwc"), MemoryDesc((64, 64, 3, 3)), padding_l=1),
+        ConvolutionDesc(MemoryDesc((1, 64, 56, 56)), MemoryDesc((64, 64, 3, 3)), strides=2, padding_l=1),
+        ConvolutionDesc(MemoryDesc((1, 64, 15, 15)), MemoryDesc((64, 64, 3, 3)), padding_l=1),
+    ):
+        assert desc.generate(cpu).impl.startswith("ocl:direct:oc")
+    assert resnet.generate(select_config("gpu", 1024)).impl.startswith("ocl:direct:oc4")
 
 
 async def test_one_primitive_reused(engine, build, rng):
