@@ -82,9 +82,15 @@ def generate(
     src2_dims: tuple[int, ...] | None = None,
     src2_strides: tuple[int, ...] | None = None,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
     """OpenCL source for ``dst = alg(src0, src1[, src2])``; dst has the broadcast shape of the
-    sources. ``src2`` (dims and strides) is required by ``select`` and refused by the others."""
+    sources. ``src2`` (dims and strides) is required by ``select`` and refused by the others.
+    ``post_ops``: a validated chain (see ``_post_ops``) applied before the store; a binary
+    post-op operand needing broadcasting sends the kernel down the broadcast path (impl
+    ``ocl:broadcast:...:po_bcast``)."""
+    from . import _post_ops  # here: _post_ops imports this module
+
     if alg not in _EXPRESSIONS:
         raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     ternary = alg in TERNARY
@@ -111,6 +117,11 @@ def generate(
         name for name in others if math.prod(shapes[name]) == 1 and aligned[name] != dst_strides
     }
     flat = same_layout and all(aligned[name] == dst_strides or name in scalar for name in others)
+    access = _post_ops.operand_access(post_ops, dims, dst_strides) if flat else None
+    po_bcast = flat and access is None
+    flat = flat and access is not None
+    po_names = _post_ops.arg_names(post_ops)
+    types = ("float",)
     if flat:
         vec = config.vector_width
         vec_type = _VECTOR_TYPES[vec]
@@ -125,15 +136,28 @@ def generate(
         loads_tail = [
             f"const float {values[name]} = {name}[{'0' if name in scalar else 'j'}];" for name in inputs
         ]
+        types = ("float", vec_type) if vec > 1 else ("float",)
+        apply_vec = _post_ops.apply(
+            post_ops, "v", vec_type, f"((__global {vec_type}*)dst)[i]",
+            lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
+            else f"((__global const {vec_type}*){name})[i]",
+        )
+        apply_tail = _post_ops.apply_scalar(
+            post_ops, "v", "j", {name: "0" if access[name] == "scalar" else "j" for name in po_names}
+        )
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
         {" ".join(loads_vec)}
-        ((__global {vec_type}*)dst)[i] = {_expression(alg, vec_type)};
+        {vec_type} v = {_expression(alg, vec_type)};
+        {apply_vec}
+        ((__global {vec_type}*)dst)[i] = v;
     }} else if (i == {full}UL) {{
         for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{
             {" ".join(loads_tail)}
-            dst[j] = {_expression(alg, "float")};
+            float v = {_expression(alg, "float")};
+            {apply_tail}
+            dst[j] = v;
         }}
     }}"""
         # "scalar_b" when src1 is one value, "scalar_c" when src2 is, "scalar_bc" when both are.
@@ -141,21 +165,30 @@ def generate(
         impl = f"ocl:{'scalar_' + suffix if suffix else 'flat'}:{config.name}"
     else:
         work_items = n
-        offsets = index_code(dims, {**aligned, "dst": dst_strides}, "i")
+        offsets = index_code(
+            dims, {**aligned, "dst": dst_strides, **_post_ops.operand_strides(post_ops, len(dims))}, "i"
+        )
         loads = "\n    ".join(f"const float {values[name]} = {name}[off_{name}];" for name in inputs)
+        apply = _post_ops.apply_scalar(post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names})
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
     {offsets}
     {loads}
-    dst[off_dst] = {_expression(alg, "float")};"""
-        impl = f"ocl:broadcast:l{local}"
+    float v = {_expression(alg, "float")};
+    {apply}
+    dst[off_dst] = v;"""
+        impl = f"ocl:broadcast:l{local}" + (":po_bcast" if po_bcast else "")
     params = ", ".join(f"__global const float* {name}" for name in inputs)
-    source = f"__kernel void binary_fwd({params}, __global float* dst) {{" + body + "\n}\n"
+    source = (
+        _post_ops.functions(post_ops, types)
+        + f"__kernel void binary_fwd({params},{_post_ops.params(post_ops)} __global float* dst) {{"
+        + body + "\n}\n"
+    )
     return KernelSpec(
         source=source,
         name="binary_fwd",
-        arg_names=(*inputs, "dst"),
+        arg_names=(*inputs, *po_names, "dst"),
         global_size=(padded_global(work_items, local),),
         local_size=(local,),
         impl=impl,

@@ -128,10 +128,15 @@ def generate(
     alpha: float | None = None,
     beta: float | None = None,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
     """OpenCL source computing ``alg`` from ``src`` into ``dst`` (both f32, may be one buffer).
 
-    ``alpha``/``beta`` of None take the algorithm's default (``DEFAULTS``, else 0)."""
+    ``alpha``/``beta`` of None take the algorithm's default (``DEFAULTS``, else 0). ``post_ops``: a
+    validated chain (see ``_post_ops``), applied before the store; a binary operand that needs
+    broadcasting sends the kernel down the strided path (impl ``ocl:strided:...:po_bcast``)."""
+    from . import _post_ops  # here: _post_ops imports this module
+
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown eltwise algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     alpha, beta = parameters(alg, alpha, beta)
@@ -141,41 +146,68 @@ def generate(
     local = config.local_size
     scalar_fn = _function("op_scalar", "float", alg, alpha, beta)
     flat = src_strides == dst_strides and is_dense(dims, src_strides)
+    access = _post_ops.operand_access(post_ops, dims, dst_strides) if flat else None
+    po_bcast = flat and access is None
+    flat = flat and access is not None
+    po_names = _post_ops.arg_names(post_ops)
+    types = ("float",)
     if flat:
         vec = config.vector_width
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
         vec_type = _VECTOR_TYPES[vec]
         vector_fn = _function("op_vector", vec_type, alg, alpha, beta) if vec > 1 else ""
+        if vec > 1:
+            types = ("float", vec_type)
+        apply_vec = _post_ops.apply(
+            post_ops, "v", vec_type, f"((__global {vec_type}*)dst)[i]",
+            lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
+            else f"((__global const {vec_type}*){name})[i]",
+        )
+        apply_tail = _post_ops.apply_scalar(
+            post_ops, "v", "j", {name: "0" if access[name] == "scalar" else "j" for name in po_names}
+        )
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
-        ((__global {vec_type}*)dst)[i] = {"op_vector" if vec > 1 else "op_scalar"}(((__global const {vec_type}*)src)[i]);
+        {vec_type} v = {"op_vector" if vec > 1 else "op_scalar"}(((__global const {vec_type}*)src)[i]);
+        {apply_vec}
+        ((__global {vec_type}*)dst)[i] = v;
     }} else if (i == {full}UL) {{
-        for (ulong j = i * {vec}UL; j < {n}UL; ++j) dst[j] = op_scalar(src[j]);
+        for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{ float v = op_scalar(src[j]); {apply_tail} dst[j] = v; }}
     }}"""
         impl = f"ocl:flat:{config.name}"
     else:
         vector_fn = ""
         work_items = n
-        offsets = index_code(dims, {"src": src_strides, "dst": dst_strides}, "i")
+        offsets = index_code(
+            dims,
+            {"src": src_strides, "dst": dst_strides, **_post_ops.operand_strides(post_ops, len(dims))},
+            "i",
+        )
+        apply = _post_ops.apply_scalar(post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names})
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
     {offsets}
-    dst[off_dst] = op_scalar(src[off_src]);"""
-        impl = f"ocl:strided:l{local}"
+    float v = op_scalar(src[off_src]);
+    {apply}
+    dst[off_dst] = v;"""
+        impl = f"ocl:strided:l{local}" + (":po_bcast" if po_bcast else "")
     source = (
         scalar_fn
         + vector_fn
-        + "__kernel void eltwise_fwd(__global const float* src, __global float* dst) {"
+        + _post_ops.functions(post_ops, types)
+        + "__kernel void eltwise_fwd(__global const float* src,"
+        + _post_ops.params(post_ops)
+        + " __global float* dst) {"
         + body
         + "\n}\n"
     )
     return KernelSpec(
         source=source,
         name="eltwise_fwd",
-        arg_names=("src", "dst"),
+        arg_names=("src", *po_names, "dst"),
         global_size=(padded_global(work_items, local),),
         local_size=(local,),
         impl=impl,

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from . import _post_ops
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
 
 
@@ -51,7 +52,10 @@ def generate(
     bias_dims: tuple[int, ...] | None = None,
     bias_strides: tuple[int, ...] | None = None,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
+    """``post_ops``: a validated chain (see ``_post_ops``), applied to ``acc + bias`` before the
+    store, on float16 rows in full blocks and element by element in edge blocks."""
     m, k = src_dims[-2:]
     k2, n = wei_dims[-2:]
     if k != k2:
@@ -70,8 +74,12 @@ def generate(
     strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
     if has_bias:
         strides["c"] = sc[:-2]
+    po_strides = _post_ops.operand_strides(post_ops, nd)
+    po_names = tuple(po_strides)
+    strides.update({name: s[:-2] for name, s in po_strides.items()})
     batch_offsets = index_code(batch, strides, "get_global_id(2)") if batch else (
         "ulong off_a = 0; ulong off_b = 0; ulong off_d = 0; ulong off_c = 0;"
+        + "".join(f" ulong off_{name} = 0;" for name in po_names)
     )
     if batch and not has_bias:
         batch_offsets += "\n    const ulong off_c = 0;"
@@ -93,8 +101,18 @@ def generate(
             lambda i: " + (float16)(" + ", ".join(
                 f"bias[off_c + (m0 + {i}) * {scm}UL + (n0 + {j}) * {scn}UL]" for j in range(16)) + ")"
         ) if has_bias else (lambda i: "")
+        def po_row(i: int) -> str:
+            def row(base: str, sm: int, sn: int) -> str:
+                return "(float16)(" + ", ".join(
+                    f"{base}[off_{'d' if base == 'dst' else base} + (m0 + {i}) * {sm}UL + (n0 + {j}) * {sn}UL]"
+                    for j in range(16)) + ")"
+            return _post_ops.apply(
+                post_ops, "r", "float16", row("dst", sdm, sdn),
+                lambda name: row(name, po_strides[name][-2], po_strides[name][-1]),
+            )
+
         stores = "\n".join(
-            f"        {{ const float16 r = acc{i}{bias_row(i)}; "
+            f"        {{ float16 r = acc{i}{bias_row(i)}; {po_row(i)} "
             + " ".join(f"dst[off_d + (m0 + {i}) * {sdm}UL + (n0 + {j}) * {sdn}UL] = r.s{j:x};" for j in range(16))
             + " }"
             for i in range(tm)
@@ -114,6 +132,10 @@ def generate(
         row_ok = "if (m0 + i < M) " if check else ""
         col_ok = "if (n0 + j < N) " if check else ""
         bias = f"bias[off_c + (m0 + i) * {scm}UL + (n0 + j) * {scn}UL]" if has_bias else "0.0f"
+        po_scalar = _post_ops.apply_scalar(post_ops, "v", "od", {
+            name: f"off_{name} + (m0 + i) * {po_strides[name][-2]}UL + (n0 + j) * {po_strides[name][-1]}UL"
+            for name in po_names
+        })
         return f"""
         float acc[TM][TN];
         for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
@@ -125,17 +147,21 @@ def generate(
         }}
         for (int i = 0; i < TM; ++i) {row_ok}{{
             for (int j = 0; j < TN; ++j) {col_ok}{{
-                dst[off_d + (m0 + i) * {sdm}UL + (n0 + j) * {sdn}UL] = acc[i][j] + {bias};
+                const ulong od = off_d + (m0 + i) * {sdm}UL + (n0 + j) * {sdn}UL;
+                float v = acc[i][j] + {bias};
+                {po_scalar}
+                dst[od] = v;
             }}
         }}"""
 
     bias_param = " __global const float* bias," if has_bias else ""
-    source = f"""#define M {m}UL
+    types = ("float", "float16") if tn == 16 else ("float",)
+    source = _post_ops.functions(post_ops, types) + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 #define TM {tm}
 #define TN {tn}
-__kernel void matmul_fwd(__global const float* src, __global const float* wei,{bias_param}
+__kernel void matmul_fwd(__global const float* src, __global const float* wei,{bias_param}{_post_ops.params(post_ops)}
                          __global float* dst) {{
     const ulong nb = get_global_id(0), mb = get_global_id(1);
     if (nb >= {nt}UL || mb >= {mt}UL || get_global_id(2) >= {nbatch}UL) return;
@@ -146,7 +172,7 @@ __kernel void matmul_fwd(__global const float* src, __global const float* wei,{b
     }}
 }}
 """
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + ("dst",)
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
     return KernelSpec(
         source=source,
         name="matmul_fwd",

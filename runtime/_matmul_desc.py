@@ -7,6 +7,8 @@ import numpy as np
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
+from . import _post_op_chain
+from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import matmul as matmul_kernels
 
@@ -22,13 +24,16 @@ class MatmulDesc:
 
     ``src`` is (..., M, K), ``weights`` (..., K, N); ``dst`` defaults to the dense
     (batch..., M, N); ``bias`` is optional and broadcasts to ``dst`` (e.g. (1, N) or (M, 1)).
-    Transposed or strided inputs are expressed by their strides.
+    Transposed or strided inputs are expressed by their strides. ``post_ops`` (keyword): a chain
+    of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied
+    to the result before the store (see ``triodnn._post_op_chain``).
     """
 
     src: MemoryDesc
     weights: MemoryDesc
     dst: MemoryDesc = None
     bias: MemoryDesc | None = None
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
 
     kind = "matmul"
 
@@ -63,12 +68,14 @@ class MatmulDesc:
                 fits = False
             if not fits:
                 raise ArgumentMismatchError(f"bias dims {self.bias.dims} do not broadcast to dst dims {dims}")
+        object.__setattr__(self, "post_ops", _post_op_chain.check(self.post_ops, dims))
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
         descs = {"src": self.src, "weights": self.weights}
         if self.bias is not None:
             descs["bias"] = self.bias
+        descs.update(post_op_kernels.operands(self.post_ops))
         descs["dst"] = self.dst
         return descs
 
@@ -92,4 +99,5 @@ class MatmulDesc:
             bias_dims=None if self.bias is None else self.bias.dims,
             bias_strides=None if self.bias is None else self.bias.strides,
             config=config,
+            post_ops=self.post_ops,
         )

@@ -8,6 +8,8 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
+from . import _post_op_chain
+from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import binary as binary_kernels
 from .kernels import eltwise as eltwise_kernels
@@ -83,6 +85,7 @@ class EltwiseDesc:
     dst: MemoryDesc = attrs.field(default=None)
     alpha: float = attrs.field(default=_OMITTED, converter=_parameter("alpha"), eq=_float_key)
     beta: float = attrs.field(default=_OMITTED, converter=_parameter("beta"), eq=_float_key)
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
 
     kind = "eltwise"
 
@@ -115,10 +118,11 @@ class EltwiseDesc:
             raise InvalidArgumentError(
                 f"{self.alg} divides by alpha: alpha must be nonzero, got {self.alpha}"
             )
+        object.__setattr__(self, "post_ops", _post_op_chain.check(self.post_ops, self.dst.dims))
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": self.src, "dst": self.dst}
+        return {"src": self.src, **post_op_kernels.operands(self.post_ops), "dst": self.dst}
 
     @property
     def label(self) -> str:
@@ -137,6 +141,7 @@ class EltwiseDesc:
             alpha=self.alpha,
             beta=self.beta,
             config=config,
+            post_ops=self.post_ops,
         )
 
 
@@ -154,6 +159,7 @@ class BinaryDesc:
     src1: MemoryDesc = attrs.field(validator=_memory_desc("src1"))
     dst: MemoryDesc = attrs.field(default=None)
     src2: MemoryDesc | None = attrs.field(default=None, kw_only=True)
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
 
     kind = "binary"
 
@@ -188,12 +194,14 @@ class BinaryDesc:
             raise ArgumentMismatchError(
                 f"dst dims {self.dst.dims} differ from the broadcast of {of}, which is {dims}"
             )
+        object.__setattr__(self, "post_ops", _post_op_chain.check(self.post_ops, self.dst.dims))
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        if self.src2 is None:
-            return {"src0": self.src0, "src1": self.src1, "dst": self.dst}
-        return {"src0": self.src0, "src1": self.src1, "src2": self.src2, "dst": self.dst}
+        descs = {"src0": self.src0, "src1": self.src1}
+        if self.src2 is not None:
+            descs["src2"] = self.src2
+        return {**descs, **post_op_kernels.operands(self.post_ops), "dst": self.dst}
 
     @property
     def label(self) -> str:
@@ -214,4 +222,5 @@ class BinaryDesc:
             src2_strides=None if self.src2 is None else self.src2.strides,
             dst_strides=self.dst.strides,
             config=config,
+            post_ops=self.post_ops,
         )

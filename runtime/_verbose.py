@@ -50,10 +50,14 @@ def _format(value) -> str:
 
 def _attrs(desc) -> str:
     """Every descriptor field but its memory descriptors (listed apart), comma-free."""
+    from .kernels import _post_ops
+
     fields = getattr(type(desc), "__attrs_attrs__", ())
     values = ((f.name, getattr(desc, f.name)) for f in fields)
     return " ".join(
-        f"{name}:{_format(value)}" for name, value in values if value is not None and not _is_memory(value)
+        f"{name}:{_post_ops.describe(value) if name == 'post_ops' else _format(value)}"
+        for name, value in values
+        if value is not None and not _is_memory(value) and not (name == "post_ops" and value == ())
     )
 
 
