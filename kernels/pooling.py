@@ -76,7 +76,7 @@ def generate(
         raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     nsp = len(src_dims) - 2
     if not 1 <= nsp <= 3 or not len(kernel) == len(strides) == len(padding_l) == len(dilation) == nsp:
-        raise ValueError(f"pooling needs 1 to 3 spatial dims with one kernel/stride/padding/dilation each")
+        raise ValueError("pooling needs 1 to 3 spatial dims with one kernel/stride/padding/dilation each")
     outputs = math.prod(dst_dims)
     local = config.local_size
 

@@ -8,7 +8,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import _require_f32
+from ._primitive_desc import F32Only
 from .kernels import KernelConfig, KernelSpec
 from .kernels import convolution as convolution_kernels
 
@@ -56,7 +56,7 @@ def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class ConvolutionDesc:
+class ConvolutionDesc(F32Only):
     """Forward convolution, 1D/2D/3D (oneDNN's ``convolution_forward``, direct algorithm).
 
     * ``src``: (N, C, spatial...) — (N, C, W), (N, C, H, W) or (N, C, D, H, W), any strides, so
@@ -166,8 +166,6 @@ class ConvolutionDesc:
     def label(self) -> str:
         return f"convolution {self.src.ndims - 2}d" + (f" g{self.groups}" if self.groups > 1 else "")
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()

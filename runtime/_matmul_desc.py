@@ -5,8 +5,9 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
+from ._primitive_desc import F32Only
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
@@ -19,7 +20,7 @@ def _check_memory_desc(name: str, value) -> None:
 
 
 @attrs.frozen(cache_hash=True)
-class MatmulDesc:
+class MatmulDesc(F32Only):
     """``dst = src @ weights (+ bias)``, batched with numpy broadcasting of the batch dims.
 
     ``src`` is (..., M, K), ``weights`` (..., K, N); ``dst`` defaults to the dense
@@ -83,10 +84,6 @@ class MatmulDesc:
     def label(self) -> str:
         return "matmul"
 
-    def check_supported(self) -> None:
-        for name, md in self.arg_descs.items():
-            if md.dtype != "f32":
-                raise UnsupportedError(f"matmul: {name} has dtype {md.dtype!r}; this version computes f32 only")
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()

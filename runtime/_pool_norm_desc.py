@@ -15,7 +15,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import _finite_float, _float_key, _memory_desc, _require_f32
+from ._primitive_desc import F32Only, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from .kernels import KernelConfig, KernelSpec
 from .kernels import normalization as norm_kernels
@@ -77,7 +77,7 @@ def _resolve_dst(instance, src: MemoryDesc) -> None:
 
 
 @attrs.frozen(cache_hash=True)
-class PoolingDesc:
+class PoolingDesc(F32Only):
     """``dst = pool(src)``, oneDNN's pooling forward, on ``(N, C, spatial...)`` dims, 1-3 spatial.
 
     ``alg``: ``max``, ``avg_include_padding`` or ``avg_exclude_padding``. ``kernel``, ``strides``,
@@ -167,8 +167,6 @@ class PoolingDesc:
     def label(self) -> str:
         return f"pooling:{self.alg}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -187,7 +185,7 @@ class PoolingDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class LayerNormDesc:
+class LayerNormDesc(F32Only):
     """oneDNN's layer normalization forward (inference), over ``axis`` (default the last).
 
     ``y = (x - mean) / sqrt(var + epsilon) * scale + shift``; ``scale`` and ``shift`` (dims
@@ -234,8 +232,6 @@ class LayerNormDesc:
     def label(self) -> str:
         return "layer_normalization"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -254,7 +250,7 @@ class LayerNormDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class RMSNormDesc:
+class RMSNormDesc(F32Only):
     """RMS normalization over the last dim: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
 
     oneDNN's layer normalization with the ``rms_norm`` flag. ``scale`` (dims ``(C,)``) optional;
@@ -282,8 +278,6 @@ class RMSNormDesc:
     def label(self) -> str:
         return "rms_normalization"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -303,7 +297,7 @@ class RMSNormDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class BatchNormInferenceDesc:
+class BatchNormInferenceDesc(F32Only):
     """oneDNN's batch normalization forward inference with global statistics, channel = dim 1.
 
     ``y = scale / sqrt(variance + epsilon) * (x - mean) + shift``; ``mean``, ``variance``,
@@ -337,8 +331,6 @@ class BatchNormInferenceDesc:
     def label(self) -> str:
         return "batch_normalization:inference"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -365,7 +357,7 @@ def _groups(value) -> int:
 
 
 @attrs.frozen(cache_hash=True)
-class GroupNormDesc:
+class GroupNormDesc(F32Only):
     """oneDNN's group normalization forward (inference): ``(N, C, spatial...)``, C in ``groups``.
 
     Mean and biased variance over (C/groups x spatial) per (n, group); then per channel
@@ -400,8 +392,6 @@ class GroupNormDesc:
     def label(self) -> str:
         return f"group_normalization:g{self.groups}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()

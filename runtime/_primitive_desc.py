@@ -71,8 +71,21 @@ def _require_f32(kind: str, descs: dict[str, MemoryDesc]) -> None:
             )
 
 
+class F32Only:
+    """Base of descriptors whose kernels compute f32 only: every argument must be f32.
+
+    ``Engine.create_primitive`` calls ``check_supported`` before touching the cache, so an
+    unsupported request leaves nothing behind.
+    """
+
+    __slots__ = ()
+
+    def check_supported(self) -> None:
+        _require_f32(self.kind, self.arg_descs)
+
+
 @attrs.frozen(cache_hash=True)
-class EltwiseDesc:
+class EltwiseDesc(F32Only):
     """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims and layout).
 
     An omitted ``alpha``/``beta`` takes oneDNN's value for the algorithm where it has one
@@ -128,8 +141,6 @@ class EltwiseDesc:
     def label(self) -> str:
         return f"eltwise:{self.alg}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -146,7 +157,7 @@ class EltwiseDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class BinaryDesc:
+class BinaryDesc(F32Only):
     """``dst = alg(src0, src1)`` with numpy broadcasting; ``dst`` defaults to the dense broadcast shape.
 
     ``select`` (oneDNN's binary_select, ``dst = src2 ? src0 : src1``) takes its condition as the
@@ -207,8 +218,6 @@ class BinaryDesc:
     def label(self) -> str:
         return f"binary:{self.alg}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()

@@ -12,7 +12,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import _memory_desc, _require_f32
+from ._primitive_desc import F32Only, _memory_desc
 from .kernels import KernelConfig, KernelSpec
 from .kernels import reduction as reduction_kernels
 from .kernels import softmax as softmax_kernels
@@ -30,7 +30,7 @@ def _to_axis(value) -> int:
 
 
 @attrs.frozen(cache_hash=True)
-class SoftmaxDesc:
+class SoftmaxDesc(F32Only):
     """``dst = alg(src)`` over ``axis``; ``alg`` is ``"softmax"`` or ``"logsoftmax"``.
 
     ``axis`` may be negative, as numpy's; it is stored normalised, so ``axis=-1`` and the last
@@ -76,8 +76,6 @@ class SoftmaxDesc:
     def label(self) -> str:
         return f"softmax:{self.alg}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -92,7 +90,7 @@ class SoftmaxDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class ReductionDesc:
+class ReductionDesc(F32Only):
     """``dst = alg`` of ``src`` over the dimensions where ``dst`` has 1 (oneDNN's convention).
 
     ``alg``: ``sum``, ``mean``, ``max``, ``min``, ``mul`` (product), ``l1`` (sum of |x|) or
@@ -129,8 +127,6 @@ class ReductionDesc:
     def label(self) -> str:
         return f"reduction:{self.alg}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()

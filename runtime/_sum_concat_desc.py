@@ -11,7 +11,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import _finite_float, _float_key, _memory_desc, _require_f32
+from ._primitive_desc import F32Only, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from .kernels import KernelConfig, KernelSpec
 from .kernels import concat as concat_kernels
@@ -62,7 +62,7 @@ def _src_args(srcs: tuple[MemoryDesc, ...], dst: MemoryDesc) -> dict[str, Memory
 
 
 @attrs.frozen(cache_hash=True)
-class SumDesc:
+class SumDesc(F32Only):
     """``dst = sum_i scales[i] * srcs[i]``, oneDNN's sum primitive.
 
     Every source has the same dims, each in any layout; ``scales`` defaults to 1.0 for each input
@@ -102,8 +102,6 @@ class SumDesc:
     def label(self) -> str:
         return f"sum:{len(self.srcs)}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
@@ -117,7 +115,7 @@ class SumDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class ConcatDesc:
+class ConcatDesc(F32Only):
     """``dst = concatenate(srcs, axis)``, oneDNN's concat primitive.
 
     Every source has the same number of dimensions and the same dims off ``axis``; each in any
@@ -168,8 +166,6 @@ class ConcatDesc:
     def label(self) -> str:
         return f"concat:{len(self.srcs)}:axis{self.axis}"
 
-    def check_supported(self) -> None:
-        _require_f32(self.kind, self.arg_descs)
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
