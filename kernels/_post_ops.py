@@ -132,6 +132,20 @@ def apply_scalar(chain: tuple, var: str, dst_offset: str, operand_offsets: Mappi
     )
 
 
+def apply_flat(chain: tuple, var: str, vec_type: str, access: Mapping[str, str]) -> tuple[str, str]:
+    """``apply`` for a flat kernel: on the vector of work-item ``i`` and on the scalar tail element
+    ``j``. ``access`` says, per operand, whether it is one value (``"scalar"``) or laid out as dst."""
+    vector = apply(
+        chain, var, vec_type, f"((__global {vec_type}*)dst)[i]",
+        lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
+        else f"((__global const {vec_type}*){name})[i]",
+    )
+    tail = apply_scalar(
+        chain, var, "j", {name: "0" if access[name] == "scalar" else "j" for name in arg_names(chain)}
+    )
+    return vector, tail
+
+
 def describe(chain: tuple) -> str:
     """The chain in one comma- and space-free word (verbose lines)."""
     parts = []

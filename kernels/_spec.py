@@ -32,6 +32,9 @@ def select_config(device_type: str, max_work_group_size: int) -> KernelConfig:
     return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size))
 
 
+VECTOR_TYPES: dict[int, str] = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
+
+
 @attrs.frozen
 class KernelSpec:
     """One generated kernel: its source, entry point and launch geometry.

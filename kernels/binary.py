@@ -18,7 +18,7 @@ import string
 
 import numpy as np
 
-from ._spec import KernelConfig, KernelSpec, index_code, is_dense, padded_global
+from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
 # In terms of ``a``, ``b`` (and ``cond``, select's condition) of type ``$T``. min/max as ternaries:
 # fmin/fmax stay calls on PoCL. NaN handling differs from numpy's. Comparisons select between
@@ -49,8 +49,6 @@ TERNARY: frozenset[str] = frozenset({"select"})
 
 # Algorithms whose result is 0, 1 or an operand bit for bit: compared exactly.
 EXACT: frozenset[str] = COMPARISONS | TERNARY
-
-_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
 
 def broadcast_dims(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -124,7 +122,7 @@ def generate(
     types = ("float",)
     if flat:
         vec = config.vector_width
-        vec_type = _VECTOR_TYPES[vec]
+        vec_type = VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
         loads_vec = [
@@ -137,14 +135,7 @@ def generate(
             f"const float {values[name]} = {name}[{'0' if name in scalar else 'j'}];" for name in inputs
         ]
         types = ("float", vec_type) if vec > 1 else ("float",)
-        apply_vec = _post_ops.apply(
-            post_ops, "v", vec_type, f"((__global {vec_type}*)dst)[i]",
-            lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
-            else f"((__global const {vec_type}*){name})[i]",
-        )
-        apply_tail = _post_ops.apply_scalar(
-            post_ops, "v", "j", {name: "0" if access[name] == "scalar" else "j" for name in po_names}
-        )
+        apply_vec, apply_tail = _post_ops.apply_flat(post_ops, "v", vec_type, access)
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{

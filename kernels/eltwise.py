@@ -19,7 +19,15 @@ import string
 
 import numpy as np
 
-from ._spec import KernelConfig, KernelSpec, c_float, index_code, is_dense, padded_global
+from ._spec import (
+    VECTOR_TYPES,
+    KernelConfig,
+    KernelSpec,
+    c_float,
+    index_code,
+    is_dense,
+    padded_global,
+)
 
 # The OpenCL expression of each algorithm in terms of ``x`` of type ``$T``, with ``$alpha`` and
 # ``$beta`` standing for literals. Ternaries instead of fmax/fabs/fmin: PoCL does not inline
@@ -110,9 +118,6 @@ def parameters(alg: str, alpha: float | None, beta: float | None) -> tuple[float
     )
 
 
-_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
-
-
 def _function(name: str, type_name: str, alg: str, alpha: float, beta: float) -> str:
     body = _BODIES.get(alg) or f"return {_EXPRESSIONS[alg]};"
     code = string.Template(body).substitute(T=type_name, alpha=c_float(alpha), beta=c_float(beta))
@@ -155,18 +160,11 @@ def generate(
         vec = config.vector_width
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
-        vec_type = _VECTOR_TYPES[vec]
+        vec_type = VECTOR_TYPES[vec]
         vector_fn = _function("op_vector", vec_type, alg, alpha, beta) if vec > 1 else ""
         if vec > 1:
             types = ("float", vec_type)
-        apply_vec = _post_ops.apply(
-            post_ops, "v", vec_type, f"((__global {vec_type}*)dst)[i]",
-            lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
-            else f"((__global const {vec_type}*){name})[i]",
-        )
-        apply_tail = _post_ops.apply_scalar(
-            post_ops, "v", "j", {name: "0" if access[name] == "scalar" else "j" for name in po_names}
-        )
+        apply_vec, apply_tail = _post_ops.apply_flat(post_ops, "v", vec_type, access)
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{

@@ -19,11 +19,9 @@ import math
 
 import numpy as np
 
-from ._spec import KernelConfig, KernelSpec, index_code, padded_global
+from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, padded_global
 
 ALGORITHMS: tuple[str, ...] = ("softmax", "logsoftmax")
-
-_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
 
 def _row_vector_width(
@@ -61,7 +59,7 @@ def _reduce_code(var: str, width: int, combine: str) -> str:
         name = f"{var}_{half}"
         lo, hi = f"{src}.lo", f"{src}.hi"
         expr = combine.format(a=lo, b=hi)
-        type_name = _VECTOR_TYPES[half]
+        type_name = VECTOR_TYPES[half]
         lines.append(f"const {type_name} {name} = {expr};")
         src = name
         width = half
@@ -98,7 +96,7 @@ def generate(
                             other_dims, config.vector_width)
 
     if vec > 1:
-        T = _VECTOR_TYPES[vec]
+        T = VECTOR_TYPES[vec]
         chunks = n // vec
         max_fold = _reduce_code("m", vec, "{a} > {b} ? {a} : {b}")
         sum_fold = _reduce_code("s", vec, "{a} + {b}")

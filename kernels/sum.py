@@ -15,13 +15,19 @@ import math
 
 import numpy as np
 
-from ._spec import KernelConfig, KernelSpec, c_float, index_code, is_dense, padded_global
+from ._spec import (
+    VECTOR_TYPES,
+    KernelConfig,
+    KernelSpec,
+    c_float,
+    index_code,
+    is_dense,
+    padded_global,
+)
 
 MAX_INPUTS = 64
 
 _F32_EPS = float(np.finfo(np.float32).eps)
-
-_VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
 
 def threshold(n_inputs: int) -> float:
@@ -66,7 +72,7 @@ def generate(
     flat = is_dense(dims, dst_strides) and all(s == dst_strides for s in src_strides)
     if flat:
         vec = config.vector_width
-        vec_type = _VECTOR_TYPES[vec]
+        vec_type = VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
         vec_values = [f"((__global const {vec_type}*){name})[i]" for name in names]
