@@ -9,6 +9,11 @@ Comparisons (``ge gt le lt eq ne``) write 1.0 or 0.0, as oneDNN's binary compari
 NaN operand compares false except for ``ne``. ``select`` is oneDNN's ``binary_select``:
 ``dst = src2 ? src0 : src1`` with a third input ``src2``, broadcast like the others, true where
 nonzero (NaN included, -0 not).
+
+Each argument has its own storage type of ``_dtype_io.DTYPES``: the math is f32, and the result
+is stored with dst's conversion. So a comparison into a ``boolean`` (or any) dst writes 1 or 0,
+and select's condition may be boolean, u8, s32 or f32 (true where its value is nonzero). Non-f32
+storage loads and stores element by element but keeps the vectorised math of the flat paths.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import string
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
 # In terms of ``a``, ``b`` (and ``cond``, select's condition) of type ``$T``. min/max as ternaries:
@@ -81,12 +87,17 @@ def generate(
     src2_strides: tuple[int, ...] | None = None,
     config: KernelConfig,
     post_ops: tuple = (),
+    src0_dtype: str = "f32",
+    src1_dtype: str = "f32",
+    src2_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
     """OpenCL source for ``dst = alg(src0, src1[, src2])``; dst has the broadcast shape of the
     sources. ``src2`` (dims and strides) is required by ``select`` and refused by the others.
-    ``post_ops``: a validated chain (see ``_post_ops``) applied before the store; a binary
-    post-op operand needing broadcasting sends the kernel down the broadcast path (impl
-    ``ocl:broadcast:...:po_bcast``)."""
+    ``src0_dtype`` .. ``dst_dtype``: storage types (``_dtype_io.DTYPES``), the math f32 either
+    way. ``post_ops``: a validated chain (see ``_post_ops``; binary operands f32) applied
+    before the store; a binary post-op operand needing broadcasting sends the kernel down the
+    broadcast path (impl ``ocl:broadcast:...:po_bcast``)."""
     from . import _post_ops  # here: _post_ops imports this module
 
     if alg not in _EXPRESSIONS:
@@ -98,6 +109,10 @@ def generate(
     strides_in = {"src0": src0_strides, "src1": src1_strides}
     if ternary:
         shapes["src2"], strides_in["src2"] = src2_dims, src2_strides
+    given = {"src0": src0_dtype, "src1": src1_dtype, "src2": src2_dtype, "dst": dst_dtype}
+    dtypes = {name: given[name] for name in (*shapes, "dst")}
+    for name, dtype in dtypes.items():
+        _dtype_io.check_dtype(name, dtype)
     dims = broadcast_dims(*shapes.values())
     if len(dst_strides) != len(dims):
         raise ValueError(f"dst_strides {dst_strides} do not match broadcast dims {dims}")
@@ -127,28 +142,31 @@ def generate(
         work_items = full + (1 if tail else 0)
         loads_vec = [
             f"const {vec_type} {values[name]} = "
-            + (f"(({vec_type})({name}[0]));" if name in scalar
-               else f"((__global const {vec_type}*){name})[i];")
+            + (f"(({vec_type})({_dtype_io.load(dtypes[name], name, '0')}));" if name in scalar
+               else _dtype_io.load_vector(dtypes[name], name, "i", vec_type, vec) + ";")
             for name in inputs
         ]
         loads_tail = [
-            f"const float {values[name]} = {name}[{'0' if name in scalar else 'j'}];" for name in inputs
+            f"const float {values[name]} = {_dtype_io.load(dtypes[name], name, '0' if name in scalar else 'j')};"
+            for name in inputs
         ]
         types = ("float", vec_type) if vec > 1 else ("float",)
-        apply_vec, apply_tail = _post_ops.apply_flat(post_ops, "v", vec_type, access)
+        apply_vec, apply_tail = _dtype_io.apply_post_ops_flat(
+            post_ops, "v", vec_type, vec, access, dtypes["dst"]
+        )
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
         {" ".join(loads_vec)}
         {vec_type} v = {_expression(alg, vec_type)};
         {apply_vec}
-        ((__global {vec_type}*)dst)[i] = v;
+        {_dtype_io.store_vector(dtypes["dst"], "dst", "i", vec_type, vec, "v")}
     }} else if (i == {full}UL) {{
         for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{
             {" ".join(loads_tail)}
             float v = {_expression(alg, "float")};
             {apply_tail}
-            dst[j] = v;
+            {_dtype_io.store(dtypes["dst"], "dst", "j", "v")}
         }}
     }}"""
         # "scalar_b" when src1 is one value, "scalar_c" when src2 is, "scalar_bc" when both are.
@@ -159,8 +177,13 @@ def generate(
         offsets = index_code(
             dims, {**aligned, "dst": dst_strides, **_post_ops.operand_strides(post_ops, len(dims))}, "i"
         )
-        loads = "\n    ".join(f"const float {values[name]} = {name}[off_{name}];" for name in inputs)
-        apply = _post_ops.apply_scalar(post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names})
+        loads = "\n    ".join(
+            f"const float {values[name]} = {_dtype_io.load(dtypes[name], name, f'off_{name}')};"
+            for name in inputs
+        )
+        apply = _dtype_io.apply_post_ops_scalar(
+            post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names}, dtypes["dst"]
+        )
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
@@ -168,12 +191,14 @@ def generate(
     {loads}
     float v = {_expression(alg, "float")};
     {apply}
-    dst[off_dst] = v;"""
+    {_dtype_io.store(dtypes["dst"], "dst", "off_dst", "v")}"""
         impl = f"ocl:broadcast:l{local}" + (":po_bcast" if po_bcast else "")
-    params = ", ".join(f"__global const float* {name}" for name in inputs)
+    params = ", ".join(_dtype_io.param(dtypes[name], name, const=True) for name in inputs)
     source = (
-        _post_ops.functions(post_ops, types)
-        + f"__kernel void binary_fwd({params},{_post_ops.params(post_ops)} __global float* dst) {{"
+        _dtype_io.functions(loads=dtypes.values(), stores=(dtypes["dst"],))
+        + _post_ops.functions(post_ops, types)
+        + f"__kernel void binary_fwd({params},{_post_ops.params(post_ops)}"
+        + f" {_dtype_io.param(dtypes['dst'], 'dst', const=False)}) {{"
         + body + "\n}\n"
     )
     return KernelSpec(
@@ -187,12 +212,18 @@ def generate(
 
 
 def reference(
-    alg: str, src0: np.ndarray, src1: np.ndarray, src2: np.ndarray | None = None
+    alg: str,
+    src0: np.ndarray,
+    src1: np.ndarray,
+    src2: np.ndarray | None = None,
+    *,
+    dst_dtype: str = "f32",
 ) -> np.ndarray:
-    """``alg`` of the broadcast sources in float64, returned as float32 (``src2``: select's
-    condition)."""
-    a = np.asarray(src0, dtype=np.float64)
-    b = np.asarray(src1, dtype=np.float64)
+    """``alg`` of the broadcast sources (user-facing values of any data type) in float64, rounded
+    to float32 and stored as ``dst_dtype`` (user-facing values: bf16 as float32, boolean as bool).
+    ``src2``: select's condition."""
+    a = _dtype_io.widen(src0)
+    b = _dtype_io.widen(src1)
     if (alg in TERNARY) != (src2 is not None):
         raise ValueError(f"{alg} {'needs' if alg in TERNARY else 'takes no'} src2")
     with np.errstate(all="ignore"):
@@ -213,7 +244,7 @@ def reference(
                        "lt": np.less, "eq": np.equal, "ne": np.not_equal}[alg]
             y = compare(a, b).astype(np.float64)
         elif alg == "select":
-            y = np.where(np.asarray(src2, dtype=np.float64) != 0, a, b)
+            y = np.where(_dtype_io.widen(src2) != 0, a, b)
         else:
             raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    return y.astype(np.float32)
+    return _dtype_io.store_reference(y.astype(np.float32), dst_dtype)

@@ -3,7 +3,11 @@
 Every source has dst's dims except along ``axis``; each source and dst in any layout. One element
 of dst per work-item: the work-item peels its coordinates from the linear index, finds its source
 by comparing the axis coordinate with the baked cumulative offsets (a binary search, unrolled),
-and reads that source with its own strides. A copy: results are exact.
+and reads that source with its own strides.
+
+Each source and dst has its own storage type of ``_dtype_io.DTYPES``. A source of dst's type is
+copied bit for bit (exact: s32 beyond 2**24 and NaN payloads survive); any other is loaded as float
+and stored with dst's conversion.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import math
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec, padded_global
 
 MAX_INPUTS = 64
@@ -38,11 +43,23 @@ def generate(
     axis: int,
     dst_strides: tuple[int, ...],
     config: KernelConfig,
+    src_dtypes: tuple[str, ...] | None = None,
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """OpenCL source concatenating sources of ``src_dims`` along ``axis`` (non-negative) into dst."""
+    """OpenCL source concatenating sources of ``src_dims`` along ``axis`` (non-negative) into dst.
+
+    ``src_dtypes`` (one per input, all f32 when None) and ``dst_dtype``: storage types
+    (``_dtype_io.DTYPES``)."""
     n_inputs = len(src_dims)
     if not 1 <= n_inputs <= MAX_INPUTS or len(src_strides) != n_inputs:
         raise ValueError(f"concat takes 1 to {MAX_INPUTS} inputs with strides each, got {n_inputs}")
+    if src_dtypes is None:
+        src_dtypes = ("f32",) * n_inputs
+    if len(src_dtypes) != n_inputs:
+        raise ValueError(f"{len(src_dtypes)} src_dtypes for {n_inputs} inputs")
+    for i, dtype in enumerate(src_dtypes):
+        _dtype_io.check_dtype(f"src{i}", dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     ndims = len(src_dims[0])
     if not 0 <= axis < ndims:
         raise ValueError(f"axis {axis} out of range for {ndims} dimensions")
@@ -73,22 +90,32 @@ def generate(
             lines.append(f"off_dst += c{k} * {dst_strides[k]}UL;")
     lines.append(f"const ulong ca = c{axis};")
 
-    loads = []
-    for s, (sdims, strides) in enumerate(zip(src_dims, src_strides)):
+    # A same-type copy goes through the type's bit pointer: f16 has no plain half access.
+    dst_bits = _dtype_io.BITS[dst_dtype]
+    dst_as_bits = "dst" if dst_bits == _dtype_io.STORAGE[dst_dtype] else f"((__global {dst_bits}*)dst)"
+    moves = []
+    for s, (sdims, strides, dtype) in enumerate(zip(src_dims, src_strides, src_dtypes)):
         terms = []
         for k in range(ndims):
             if sdims[k] == 1 or strides[k] == 0:
                 continue
             coord = f"(c{k} - {starts[s]}UL)" if k == axis and starts[s] else f"c{k}"
             terms.append(f"{coord} * {strides[k]}UL")
-        loads.append(f"dst[off_dst] = src{s}[{' + '.join(terms) or '0'}];")
-    lines += _select(0, n_inputs, starts, loads, "")
+        offset = " + ".join(terms) or "0"
+        if dtype == dst_dtype:
+            src = f"src{s}" if dst_as_bits == "dst" else f"((__global const {dst_bits}*)src{s})"
+            moves.append(f"{dst_as_bits}[off_dst] = {src}[{offset}];")
+        else:
+            moves.append(_dtype_io.store(dst_dtype, "dst", "off_dst", _dtype_io.load(dtype, f"src{s}", offset)))
+    lines += _select(0, n_inputs, starts, moves, "")
 
     names = [f"src{i}" for i in range(n_inputs)]
-    params = ", ".join(f"__global const float* {name}" for name in names)
+    params = ", ".join(_dtype_io.param(dtype, name, const=True) for name, dtype in zip(names, src_dtypes))
+    converted = [dtype for dtype in src_dtypes if dtype != dst_dtype]
     body = "\n    ".join(lines)
     source = (
-        f"__kernel void concat_fwd({params}, __global float* dst) {{\n"
+        _dtype_io.functions(loads=converted, stores=(dst_dtype,) if converted else ())
+        + f"__kernel void concat_fwd({params}, {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{\n"
         f"    const ulong i = get_global_id(0);\n"
         f"    if (i >= {n}UL) return;\n"
         f"    {body}\n}}\n"
@@ -103,6 +130,16 @@ def generate(
     )
 
 
-def reference(srcs, axis: int) -> np.ndarray:
-    """``numpy.concatenate(srcs, axis)`` as float32."""
-    return np.concatenate([np.asarray(s, dtype=np.float32) for s in srcs], axis=axis)
+def reference(srcs, axis: int, *, src_dtypes=None, dst_dtype: str = "f32") -> np.ndarray:
+    """``numpy.concatenate(srcs, axis)`` of user-facing values, returned as user-facing values of
+    ``dst_dtype``. A source of dst's type (every source when ``src_dtypes`` is None) is taken as
+    is, the kernel's bit copy; any other is converted as the kernel converts it."""
+    if src_dtypes is None:
+        src_dtypes = (dst_dtype,) * len(srcs)
+    user_type = _dtype_io.USER_NUMPY[dst_dtype]
+    parts = [
+        np.asarray(s, dtype=user_type) if dtype == dst_dtype
+        else _dtype_io.store_reference(_dtype_io.widen(s).astype(np.float32), dst_dtype)
+        for s, dtype in zip(srcs, src_dtypes, strict=True)
+    ]
+    return np.concatenate(parts, axis=axis)

@@ -10,6 +10,10 @@ graph API's name. Where oneDNN gives a parameter a value of its own (``DEFAULTS`
 Dense tensors with matching strides run flat, ``vector_width`` elements per work-item (pointer
 casts, not vloadN: PoCL keeps vloadN as a call); anything else runs one element per work-item with
 index arithmetic.
+
+``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES``; the math is f32, and the
+result is stored with dst's conversion (see ``_dtype_io``). Non-f32 storage loads and stores
+element by element but keeps the vectorised math of the flat path.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import string
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import (
     VECTOR_TYPES,
     KernelConfig,
@@ -134,16 +139,23 @@ def generate(
     beta: float | None = None,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """OpenCL source computing ``alg`` from ``src`` into ``dst`` (both f32, may be one buffer).
+    """OpenCL source computing ``alg`` from ``src`` into ``dst`` (may be one buffer when they
+    share a layout and data type).
 
+    ``src_dtype``/``dst_dtype``: storage types (``_dtype_io.DTYPES``), the math f32 either way.
     ``alpha``/``beta`` of None take the algorithm's default (``DEFAULTS``, else 0). ``post_ops``: a
-    validated chain (see ``_post_ops``), applied before the store; a binary operand that needs
-    broadcasting sends the kernel down the strided path (impl ``ocl:strided:...:po_bcast``)."""
+    validated chain (see ``_post_ops``; binary operands f32), applied before the store; a binary
+    operand that needs broadcasting sends the kernel down the strided path (impl
+    ``ocl:strided:...:po_bcast``)."""
     from . import _post_ops  # here: _post_ops imports this module
 
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown eltwise algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     alpha, beta = parameters(alg, alpha, beta)
     if alg in NONZERO_ALPHA and alpha == 0.0:
         raise ValueError(f"{alg} needs a nonzero alpha")
@@ -164,15 +176,19 @@ def generate(
         vector_fn = _function("op_vector", vec_type, alg, alpha, beta) if vec > 1 else ""
         if vec > 1:
             types = ("float", vec_type)
-        apply_vec, apply_tail = _post_ops.apply_flat(post_ops, "v", vec_type, access)
+        apply_vec, apply_tail = _dtype_io.apply_post_ops_flat(post_ops, "v", vec_type, vec, access, dst_dtype)
+        load_vec = _dtype_io.load_vector(src_dtype, "src", "i", vec_type, vec)
+        store_vec = _dtype_io.store_vector(dst_dtype, "dst", "i", vec_type, vec, "v")
+        load_tail = _dtype_io.load(src_dtype, "src", "j")
+        store_tail = _dtype_io.store(dst_dtype, "dst", "j", "v")
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
-        {vec_type} v = {"op_vector" if vec > 1 else "op_scalar"}(((__global const {vec_type}*)src)[i]);
+        {vec_type} v = {"op_vector" if vec > 1 else "op_scalar"}({load_vec});
         {apply_vec}
-        ((__global {vec_type}*)dst)[i] = v;
+        {store_vec}
     }} else if (i == {full}UL) {{
-        for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{ float v = op_scalar(src[j]); {apply_tail} dst[j] = v; }}
+        for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{ float v = op_scalar({load_tail}); {apply_tail} {store_tail} }}
     }}"""
         impl = f"ocl:flat:{config.name}"
     else:
@@ -183,22 +199,25 @@ def generate(
             {"src": src_strides, "dst": dst_strides, **_post_ops.operand_strides(post_ops, len(dims))},
             "i",
         )
-        apply = _post_ops.apply_scalar(post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names})
+        apply = _dtype_io.apply_post_ops_scalar(
+            post_ops, "v", "off_dst", {name: f"off_{name}" for name in po_names}, dst_dtype
+        )
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
     {offsets}
-    float v = op_scalar(src[off_src]);
+    float v = op_scalar({_dtype_io.load(src_dtype, "src", "off_src")});
     {apply}
-    dst[off_dst] = v;"""
+    {_dtype_io.store(dst_dtype, "dst", "off_dst", "v")}"""
         impl = f"ocl:strided:l{local}" + (":po_bcast" if po_bcast else "")
     source = (
-        scalar_fn
+        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+        + scalar_fn
         + vector_fn
         + _post_ops.functions(post_ops, types)
-        + "__kernel void eltwise_fwd(__global const float* src,"
+        + f"__kernel void eltwise_fwd({_dtype_io.param(src_dtype, 'src', const=True)},"
         + _post_ops.params(post_ops)
-        + " __global float* dst) {"
+        + f" {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{"
         + body
         + "\n}\n"
     )
@@ -217,12 +236,18 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def reference(
-    alg: str, src: np.ndarray, *, alpha: float | None = None, beta: float | None = None
+    alg: str,
+    src: np.ndarray,
+    *,
+    alpha: float | None = None,
+    beta: float | None = None,
+    dst_dtype: str = "f32",
 ) -> np.ndarray:
-    """``alg`` applied to ``src`` in float64, returned as float32: the textbook formulas, as
-    float64's range and precision cover float32's; only softplus needs logaddexp, which stays
-    finite where exp overflows."""
-    x = np.asarray(src, dtype=np.float64)
+    """``alg`` applied to ``src`` (user-facing values of any data type) in float64, rounded to
+    float32 and stored as ``dst_dtype`` (user-facing values: bf16 as float32): the textbook
+    formulas, as float64's range and precision cover float32's; only softplus needs logaddexp,
+    which stays finite where exp overflows."""
+    x = _dtype_io.widen(src)
     alpha, beta = parameters(alg, alpha, beta) if alg in ALGORITHMS else (0.0, 0.0)
     a, b = float(np.float32(alpha)), float(np.float32(beta))
     with np.errstate(all="ignore"):
@@ -270,4 +295,4 @@ def reference(
             y = np.logaddexp(0.0, a * x) / a
         else:
             raise ValueError(f"unknown eltwise algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    return y.astype(np.float32)
+    return _dtype_io.store_reference(y.astype(np.float32), dst_dtype)

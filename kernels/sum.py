@@ -5,6 +5,10 @@ tensors dense with one layout (flat, vectorised, like binary's flat path), and t
 (one element per work-item, offsets by index arithmetic). Accumulation is in float, in input
 order; a scale of exactly 1.0 multiplies nothing (the product would be exact anyway).
 
+Each source and dst has its own storage type of ``_dtype_io.DTYPES``: values are loaded as float,
+summed in f32 and stored with dst's conversion. Non-f32 storage loads and stores element by element
+but keeps the vectorised accumulation of the flat path.
+
 Tolerance after benchdnn's sum ``setup_cmp`` (tests/benchdnn/sum/sum.cpp):
 ``epsilon_dt(ddt) * n_inputs``, i.e. f32 eps times N (see ``threshold``).
 """
@@ -15,6 +19,7 @@ import math
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import (
     VECTOR_TYPES,
     KernelConfig,
@@ -56,13 +61,25 @@ def generate(
     scales: tuple[float, ...],
     dst_strides: tuple[int, ...],
     config: KernelConfig,
+    src_dtypes: tuple[str, ...] | None = None,
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """OpenCL source for ``dst = sum(scales[i] * src_i)``; all of shape ``dims``."""
+    """OpenCL source for ``dst = sum(scales[i] * src_i)``; all of shape ``dims``.
+
+    ``src_dtypes`` (one per input, all f32 when None) and ``dst_dtype``: storage types
+    (``_dtype_io.DTYPES``); the sum is f32 either way."""
     n_inputs = len(src_strides)
     if not 1 <= n_inputs <= MAX_INPUTS:
         raise ValueError(f"sum takes 1 to {MAX_INPUTS} inputs, got {n_inputs}")
     if len(scales) != n_inputs:
         raise ValueError(f"{len(scales)} scales for {n_inputs} inputs")
+    if src_dtypes is None:
+        src_dtypes = ("f32",) * n_inputs
+    if len(src_dtypes) != n_inputs:
+        raise ValueError(f"{len(src_dtypes)} src_dtypes for {n_inputs} inputs")
+    for i, dtype in enumerate(src_dtypes):
+        _dtype_io.check_dtype(f"src{i}", dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     for strides in (*src_strides, dst_strides):
         if len(strides) != len(dims):
             raise ValueError(f"strides {strides} do not match dims {dims}")
@@ -75,36 +92,43 @@ def generate(
         vec_type = VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
-        vec_values = [f"((__global const {vec_type}*){name})[i]" for name in names]
-        tail_values = [f"{name}[j]" for name in names]
+        vec_values = [
+            _dtype_io.load_vector(dtype, name, "i", vec_type, vec) for name, dtype in zip(names, src_dtypes)
+        ]
+        tail_values = [_dtype_io.load(dtype, name, "j") for name, dtype in zip(names, src_dtypes)]
         vec_body = "\n        ".join(_accumulate(vec_values, scales, vec_type))
         tail_body = "\n            ".join(_accumulate(tail_values, scales, "float"))
         body = f"""
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
         {vec_body}
-        ((__global {vec_type}*)dst)[i] = acc;
+        {_dtype_io.store_vector(dst_dtype, "dst", "i", vec_type, vec, "acc")}
     }} else if (i == {full}UL) {{
         for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{
             {tail_body}
-            dst[j] = acc;
+            {_dtype_io.store(dst_dtype, "dst", "j", "acc")}
         }}
     }}"""
         impl = f"ocl:flat:{config.name}"
     else:
         work_items = n
         offsets = index_code(dims, {**dict(zip(names, src_strides)), "dst": dst_strides}, "i")
-        values = [f"{name}[off_{name}]" for name in names]
+        values = [_dtype_io.load(dtype, name, f"off_{name}") for name, dtype in zip(names, src_dtypes)]
         acc = "\n    ".join(_accumulate(values, scales, "float"))
         body = f"""
     const ulong i = get_global_id(0);
     if (i >= {n}UL) return;
     {offsets}
     {acc}
-    dst[off_dst] = acc;"""
+    {_dtype_io.store(dst_dtype, "dst", "off_dst", "acc")}"""
         impl = f"ocl:strided:l{local}"
-    params = ", ".join(f"__global const float* {name}" for name in names)
-    source = f"__kernel void sum_fwd({params}, __global float* dst) {{" + body + "\n}\n"
+    params = ", ".join(_dtype_io.param(dtype, name, const=True) for name, dtype in zip(names, src_dtypes))
+    source = (
+        _dtype_io.functions(loads=src_dtypes, stores=(dst_dtype,))
+        + f"__kernel void sum_fwd({params}, {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{"
+        + body
+        + "\n}\n"
+    )
     return KernelSpec(
         source=source,
         name="sum_fwd",
@@ -115,9 +139,10 @@ def generate(
     )
 
 
-def reference(srcs, scales=None) -> np.ndarray:
-    """``sum(scales[i] * srcs[i])`` in float64, in input order, returned as float32."""
-    srcs = [np.asarray(s, dtype=np.float64) for s in srcs]
+def reference(srcs, scales=None, *, dst_dtype: str = "f32") -> np.ndarray:
+    """``sum(scales[i] * srcs[i])`` of user-facing values of any data type, in float64 and input
+    order, rounded to float32 and stored as ``dst_dtype`` (user-facing values: bf16 as float32)."""
+    srcs = [_dtype_io.widen(s) for s in srcs]
     if not srcs:
         raise ValueError("sum needs at least one input")
     if scales is None:
@@ -127,4 +152,4 @@ def reference(srcs, scales=None) -> np.ndarray:
     acc = float(scales[0]) * srcs[0]
     for s, x in zip(scales[1:], srcs[1:]):
         acc = acc + float(s) * x
-    return acc.astype(np.float32)
+    return _dtype_io.store_reference(acc.astype(np.float32), dst_dtype)

@@ -9,6 +9,7 @@ import attrs
 from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
 from . import _post_op_chain
+from .kernels import _dtype_io
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import binary as binary_kernels
@@ -84,9 +85,39 @@ class F32Only:
         _require_f32(self.kind, self.arg_descs)
 
 
+class AnyStorage:
+    """Base of descriptors whose kernels compute in f32 over any storage type (oneDNN's "f32 math,
+    any storage" for eltwise, binary, sum and concat): each argument may independently be any
+    data type of ``kernels._dtype_io.DTYPES``. f16 storage needs no cl_khr_fp16 (kernels touch it
+    only through the core vload_half/vstore_half), so it is accepted on every device.
+
+    Binary post-op operands stay f32: the post-op code reads them through float pointers.
+    ``Engine.create_primitive`` calls ``check_supported`` before touching the cache, so an
+    unsupported request leaves nothing behind.
+    """
+
+    __slots__ = ()
+
+    def check_supported(self) -> None:
+        chain = getattr(self, "post_ops", ())  # sum and concat take none
+        operands = post_op_kernels.operands(chain)
+        for i, op in enumerate(chain):
+            if op[0] == "binary" and op[2].dtype != "f32":
+                raise UnsupportedError(
+                    f"{self.kind}: post_ops[{i}] binary operand {post_op_kernels.operand_name(i)} has "
+                    f"dtype {op[2].dtype!r}; post-op operands are f32 only"
+                )
+        for name, desc in self.arg_descs.items():
+            if name not in operands and desc.dtype not in _dtype_io.DTYPES:
+                raise UnsupportedError(
+                    f"{self.kind}: {name} has dtype {desc.dtype!r}; supported: {', '.join(_dtype_io.DTYPES)}"
+                )
+
+
 @attrs.frozen(cache_hash=True)
-class EltwiseDesc(F32Only):
-    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims and layout).
+class EltwiseDesc(AnyStorage):
+    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims, layout and data
+    type). ``src`` and ``dst`` may each have any data type (``AnyStorage``); the math is f32.
 
     An omitted ``alpha``/``beta`` takes oneDNN's value for the algorithm where it has one
     (hardswish 1/6 and 1/2, soft_relu alpha 1) and 0 otherwise; the descriptor holds the resolved
@@ -153,16 +184,22 @@ class EltwiseDesc(F32Only):
             beta=self.beta,
             config=config,
             post_ops=self.post_ops,
+            src_dtype=self.src.dtype,
+            dst_dtype=self.dst.dtype,
         )
 
 
 @attrs.frozen(cache_hash=True)
-class BinaryDesc(F32Only):
+class BinaryDesc(AnyStorage):
     """``dst = alg(src0, src1)`` with numpy broadcasting; ``dst`` defaults to the dense broadcast shape.
 
     ``select`` (oneDNN's binary_select, ``dst = src2 ? src0 : src1``) takes its condition as the
     keyword ``src2``, broadcast like the sources; the other algorithms refuse one. Keyword-only so
     that ``BinaryDesc(alg, src0, src1, dst)`` keeps its meaning.
+
+    Every argument may have any data type (``AnyStorage``), the math f32: a comparison writes 1 or
+    0 into a dst of any type (``boolean`` included), select's condition may be boolean, u8, s32 or
+    f32. ``dst`` defaults to src0's data type.
     """
 
     alg: str = attrs.field()
@@ -232,4 +269,8 @@ class BinaryDesc(F32Only):
             dst_strides=self.dst.strides,
             config=config,
             post_ops=self.post_ops,
+            src0_dtype=self.src0.dtype,
+            src1_dtype=self.src1.dtype,
+            src2_dtype="f32" if self.src2 is None else self.src2.dtype,
+            dst_dtype=self.dst.dtype,
         )

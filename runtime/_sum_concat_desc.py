@@ -3,6 +3,8 @@
 Both take their sources as a tuple of MemoryDesc (a list is accepted and stored as a tuple, so the
 descriptor stays a hashable cache key). Errors name the offending argument (``srcs[i]``,
 ``scales``, ``axis``, ``dst``) and read like those of the other kinds, whose checks they share.
+
+Every source and dst may have its own data type (``AnyStorage``): values are converted through f32.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import F32Only, _finite_float, _float_key, _memory_desc
+from ._primitive_desc import AnyStorage, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from .kernels import KernelConfig, KernelSpec
 from .kernels import concat as concat_kernels
@@ -62,13 +64,13 @@ def _src_args(srcs: tuple[MemoryDesc, ...], dst: MemoryDesc) -> dict[str, Memory
 
 
 @attrs.frozen(cache_hash=True)
-class SumDesc(F32Only):
+class SumDesc(AnyStorage):
     """``dst = sum_i scales[i] * srcs[i]``, oneDNN's sum primitive.
 
     Every source has the same dims, each in any layout; ``scales`` defaults to 1.0 for each input
     (the descriptor stores the resolved tuple, so an explicit default and an omitted one are one
-    primitive); ``dst`` defaults to the dense row-major tensor of those dims. ``dst`` may be the
-    same memory as ``src0`` when their descriptors are equal (in place).
+    primitive); ``dst`` defaults to the dense row-major tensor of those dims, in srcs[0]'s data
+    type. ``dst`` may be the same memory as ``src0`` when their descriptors are equal (in place).
     """
 
     srcs: tuple[MemoryDesc, ...] = attrs.field(converter=_to_srcs)
@@ -111,16 +113,19 @@ class SumDesc(F32Only):
             scales=self.scales,
             dst_strides=self.dst.strides,
             config=config,
+            src_dtypes=tuple(md.dtype for md in self.srcs),
+            dst_dtype=self.dst.dtype,
         )
 
 
 @attrs.frozen(cache_hash=True)
-class ConcatDesc(F32Only):
+class ConcatDesc(AnyStorage):
     """``dst = concatenate(srcs, axis)``, oneDNN's concat primitive.
 
     Every source has the same number of dimensions and the same dims off ``axis``; each in any
     layout. ``axis`` may be negative, as numpy's; it is stored normalised. ``dst`` defaults to the
-    dense row-major tensor whose ``axis`` extent is the sources' sum.
+    dense row-major tensor whose ``axis`` extent is the sources' sum, in srcs[0]'s data type.
+    Sources of dst's data type are copied bit for bit; others are converted through f32.
     """
 
     srcs: tuple[MemoryDesc, ...] = attrs.field(converter=_to_srcs)
@@ -175,4 +180,6 @@ class ConcatDesc(F32Only):
             axis=self.axis,
             dst_strides=self.dst.strides,
             config=config,
+            src_dtypes=tuple(md.dtype for md in self.srcs),
+            dst_dtype=self.dst.dtype,
         )

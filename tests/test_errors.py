@@ -108,10 +108,11 @@ def test_eltwise_src_must_be_memory_desc():
 @pytest.mark.parametrize(
     "desc, culprit",
     [
-        (EltwiseDesc("relu", MemoryDesc((4, 9), "f16")), "src has dtype 'f16'"),
-        (EltwiseDesc("relu", DESC, MemoryDesc((4, 9), "bf16")), "dst has dtype 'bf16'"),
-        (BinaryDesc("add", DESC, MemoryDesc((4, 9), "s32")), "src1 has dtype 's32'"),
-        (BinaryDesc("add", MemoryDesc((4, 9), "u8"), DESC, DESC), "src0 has dtype 'u8'"),
+        # eltwise and binary take any storage type; binary post-op operands stay f32 only
+        (EltwiseDesc("relu", DESC, post_ops=(("binary", "add", MemoryDesc((4, 9), "f16")),)),
+         r"post_ops\[0\] binary operand post_op_0_src1 has dtype 'f16'"),
+        (BinaryDesc("add", DESC, DESC, post_ops=(("binary", "mul", MemoryDesc((9,), "s32")),)),
+         r"post_ops\[0\] binary operand post_op_0_src1 has dtype 's32'"),
     ],
 )
 async def test_non_f32_is_unsupported_and_allocates_nothing(engine, desc, culprit):

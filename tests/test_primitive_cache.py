@@ -867,8 +867,8 @@ async def test_unsupported_descriptor_leaves_the_cache_alone(fresh_cache, engine
     fresh_cache()
     await engine.create_primitive(relu(41))
     before, b0 = stats(), built(engine)
-    desc = EltwiseDesc("relu", MemoryDesc((41,), "f16"))
-    with pytest.raises(triodnn.UnsupportedError, match="dtype 'f16'; this version computes f32 only"):
+    desc = EltwiseDesc("relu", MemoryDesc((41,)), post_ops=(("binary", "add", MemoryDesc((41,), "f16")),))
+    with pytest.raises(triodnn.UnsupportedError, match="dtype 'f16'; post-op operands are f32 only"):
         await engine.create_primitive(desc)
     assert stats() == before
     assert built(engine) == b0

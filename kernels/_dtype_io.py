@@ -1,0 +1,244 @@
+"""Storage data types in generated OpenCL C: loads widening to float, stores narrowing from it.
+
+Generators compute in f32 whatever the storage ("f32 math, any storage", as oneDNN's eltwise,
+binary, sum and concat do): every value is loaded as float, and the result is stored with the
+destination type's conversion:
+
+* f32: as is.
+* f16: ``vload_half`` / ``vstore_half_rte``, core OpenCL built-ins that need no cl_khr_fp16, so
+  f16 storage works on every device (the kernel never declares a ``half`` value, only pointers).
+  Stores round to nearest even, overflow to inf, keep NaN.
+* bf16: bit shifts; stores round to nearest even on the 16 dropped bits, NaN kept NaN with the
+  quiet bit set: bit for bit what ``triodnn._dtypes.to_storage`` does.
+* s32, s8, u8: loads convert (s32 beyond 2**24 rounds to nearest even); stores round to nearest
+  even, saturate to the type's range and write 0 for NaN, as OpenCL's ``convert_<type>_sat_rte``
+  (written out: PoCL keeps the built-in as a call).
+* boolean (oneDNN Graph's, one byte): loads give 1.0 for any nonzero byte, 0.0 otherwise; stores
+  write ``value != 0`` as 1 or 0 (NaN is nonzero: 1).
+
+The conversions are those of ``reorder.py`` (copied, not imported: the reorder generator is
+maintained separately), plus boolean. Pure: strings and numpy arrays only.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ._spec import c_float
+
+DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean")
+
+# OpenCL type a kernel parameter of each data type points to. A ``half`` pointer is legal without
+# cl_khr_fp16 as long as only vload_half/vstore_half dereference it.
+STORAGE: dict[str, str] = {
+    "f32": "float", "f16": "half", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
+    "boolean": "uchar",
+}
+
+# OpenCL type that moves a stored value's bits unchanged (a copy between tensors of one type).
+BITS: dict[str, str] = {
+    "f32": "float", "f16": "ushort", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
+    "boolean": "uchar",
+}
+
+# Relative rounding a store into the type may add on top of an f32 result (its machine epsilon,
+# one ulp at the bottom of a binade): two f32 results a hair apart can land on neighbouring
+# values. The integer types and boolean are 0: their stores are compared exactly, on data kept
+# away from rounding ties.
+EPSILON: dict[str, float] = {
+    "f32": 0.0, "f16": 2.0**-10, "bf16": 2.0**-7, "s32": 0.0, "s8": 0.0, "u8": 0.0, "boolean": 0.0,
+}
+
+# The numpy type of each data type's user-facing values (bf16 reads back as float32).
+USER_NUMPY: dict[str, type] = {
+    "f32": np.float32, "f16": np.float16, "bf16": np.float32, "s32": np.int32, "s8": np.int8,
+    "u8": np.uint8, "boolean": np.bool_,
+}
+
+# Saturation bounds of the integer types: (lowest as float, highest as float, C lowest, C highest).
+# 2**31 - 1 is not a float; every float >= 2**31 saturates, every float below it fits an int.
+_INT_RANGE = {
+    "s32": (-(2.0**31), 2.0**31, "(-2147483647 - 1)", "2147483647"),
+    "s8": (-128.0, 127.0, "(-128)", "127"),
+    "u8": (0.0, 255.0, "0", "255"),
+}
+
+_IS_NAN = "((as_uint(x) & 0x7fffffffu) > 0x7f800000u)"  # bit test: no built-in call, no fast-math doubt
+
+
+def check_dtype(name: str, dtype: str) -> None:
+    """ValueError unless ``dtype`` is one these helpers load and store."""
+    if dtype not in DTYPES:
+        raise ValueError(f"{name} dtype {dtype!r} is not a storage type; known: {', '.join(DTYPES)}")
+
+
+def param(dtype: str, name: str, *, const: bool) -> str:
+    """The kernel parameter declaring buffer ``name`` of ``dtype``."""
+    return f"__global {'const ' if const else ''}{STORAGE[dtype]}* {name}"
+
+
+def _load_function(dtype: str) -> str:
+    t = STORAGE[dtype]
+    if dtype == "f16":
+        expr = "vload_half(off, p)"
+    elif dtype == "bf16":
+        expr = "as_float((uint)p[off] << 16)"
+    elif dtype == "boolean":
+        expr = "p[off] ? 1.0f : 0.0f"  # any nonzero byte is true, whoever wrote it
+    else:
+        expr = "(float)p[off]"  # int -> float rounds to nearest even
+    return f"static inline float load_{dtype}(__global const {t}* p, const ulong off) {{ return {expr}; }}\n"
+
+
+def _store_function(dtype: str) -> str:
+    t = STORAGE[dtype]
+    if dtype == "f16":
+        body = "vstore_half_rte(x, off, p);"
+    elif dtype == "bf16":
+        body = (
+            "const uint b = as_uint(x);"
+            f" p[off] = (ushort)({_IS_NAN} ? ((b >> 16) | 0x40u) : ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16));"
+        )
+    elif dtype == "boolean":
+        body = "p[off] = x != 0.0f ? (uchar)1 : (uchar)0;"
+    else:
+        lo, hi, c_lo, c_hi = _INT_RANGE[dtype]
+        body = (
+            f"p[off] = {_IS_NAN} ? ({t})0"
+            f" : (x <= {c_float(lo)} ? ({t}){c_lo}"
+            f" : (x >= {c_float(hi)} ? ({t}){c_hi} : ({t})rint(x)));"
+        )
+    return f"static inline void store_{dtype}(__global {t}* p, const ulong off, const float x) {{ {body} }}\n"
+
+
+def functions(loads: Iterable[str] = (), stores: Iterable[str] = ()) -> str:
+    """Definitions of the helpers that ``load`` and ``store`` call for these data types, each once
+    and in a fixed order (the source, and so the program binary, depends only on the set). f32
+    needs none: its loads and stores are plain accesses."""
+    loads, stores = set(loads), set(stores)
+    return "".join(
+        [_load_function(t) for t in DTYPES if t in loads and t != "f32"]
+        + [_store_function(t) for t in DTYPES if t in stores and t != "f32"]
+    )
+
+
+def load(dtype: str, pointer: str, offset: str) -> str:
+    """Float expression of element ``offset`` of buffer ``pointer``."""
+    return f"{pointer}[{offset}]" if dtype == "f32" else f"load_{dtype}({pointer}, {offset})"
+
+
+def store(dtype: str, pointer: str, offset: str, value: str) -> str:
+    """Statement storing float ``value`` into element ``offset`` of buffer ``pointer``."""
+    if dtype == "f32":
+        return f"{pointer}[{offset}] = {value};"
+    return f"store_{dtype}({pointer}, {offset}, {value});"
+
+
+def _components(vec: int) -> list[str]:
+    return [f"s{k:x}" for k in range(vec)]
+
+
+def load_vector(dtype: str, pointer: str, index: str, vec_type: str, vec: int) -> str:
+    """``vec_type`` expression of elements ``index * vec`` .. ``index * vec + vec - 1`` of a dense
+    buffer. f32 is one access through a vector pointer cast (PoCL keeps vloadN as a call); other
+    types load each element and build the vector, so the math that follows stays vectorised."""
+    if dtype == "f32":
+        return f"((__global const {vec_type}*){pointer})[{index}]"
+    if vec == 1:
+        return load(dtype, pointer, index)
+    elements = ", ".join(load(dtype, pointer, f"{index} * {vec}UL + {k}UL") for k in range(vec))
+    return f"(({vec_type})({elements}))"
+
+
+def store_vector(dtype: str, pointer: str, index: str, vec_type: str, vec: int, value: str) -> str:
+    """Statements storing ``vec_type`` variable ``value`` at elements ``index * vec`` onwards."""
+    if dtype == "f32":
+        return f"((__global {vec_type}*){pointer})[{index}] = {value};"
+    if vec == 1:
+        return store(dtype, pointer, index, value)
+    return " ".join(
+        store(dtype, pointer, f"{index} * {vec}UL + {k}UL", f"{value}.{c}")
+        for k, c in enumerate(_components(vec))
+    )
+
+
+def apply_post_ops_flat(
+    chain: tuple, var: str, vec_type: str, vec: int, access: dict[str, str], dst_dtype: str
+) -> tuple[str, str]:
+    """``_post_ops.apply_flat`` for a dst of any data type: a sum post-op reads dst's old value
+    through ``dst_dtype``'s load. Binary operands are f32 (descriptors refuse others). For an f32
+    dst this is ``apply_flat`` itself, so f32 kernels keep their source."""
+    from . import _post_ops  # here: _post_ops imports the generators, which import this module
+
+    if dst_dtype == "f32":
+        return _post_ops.apply_flat(chain, var, vec_type, access)
+    vector = _post_ops.apply(
+        chain, var, vec_type, load_vector(dst_dtype, "dst", "i", vec_type, vec),
+        lambda name: f"(({vec_type})({name}[0]))" if access[name] == "scalar"
+        else f"((__global const {vec_type}*){name})[i]",
+    )
+    tail = apply_post_ops_scalar(
+        chain, var, "j", {name: "0" if access[name] == "scalar" else "j" for name in access}, dst_dtype
+    )
+    return vector, tail
+
+
+def apply_post_ops_scalar(
+    chain: tuple, var: str, dst_offset: str, operand_offsets: dict[str, str], dst_dtype: str
+) -> str:
+    """``_post_ops.apply_scalar`` for a dst of any data type (see ``apply_post_ops_flat``)."""
+    from . import _post_ops
+
+    if dst_dtype == "f32":
+        return _post_ops.apply_scalar(chain, var, dst_offset, operand_offsets)
+    return _post_ops.apply(
+        chain, var, "float", load(dst_dtype, "dst", dst_offset),
+        lambda name: f"{name}[{operand_offsets[name]}]",
+    )
+
+
+# -- numpy references ------------------------------------------------------------------------------
+
+
+def widen(values) -> np.ndarray:
+    """User-facing ``values`` as float64, as a kernel's load sees them: integers and booleans pass
+    through float32 (so s32 beyond 2**24 rounds as the kernel's conversion does); floating values
+    are exact in f32 already, or are the caller's higher-precision data."""
+    array = np.asarray(values)
+    if array.dtype.kind in "biu":
+        array = array.astype(np.float32)
+    return array.astype(np.float64)
+
+
+def _to_bf16_values(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to bf16 (nearest even, NaN kept), returned as float32 values."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    with np.errstate(over="ignore"):
+        rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
+    rounded = np.where(np.isnan(x), (bits >> 16) | np.uint32(0x40), rounded)
+    return (rounded.astype(np.uint32) << 16).view(np.float32).reshape(np.shape(x))
+
+
+def store_reference(values, dtype: str) -> np.ndarray:
+    """float32 results ``values`` narrowed as the kernels' stores narrow them; returns user-facing
+    values of ``dtype`` (bf16 as float32, boolean as bool)."""
+    check_dtype("dst", dtype)
+    x = np.asarray(values, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        if dtype == "f32":
+            return x
+        if dtype == "f16":
+            return x.astype(np.float16)
+        if dtype == "bf16":
+            return _to_bf16_values(x)
+        if dtype == "boolean":
+            return x != 0  # NaN != 0: true, as the kernel's store
+        lo, hi, _, _ = _INT_RANGE[dtype]
+        numpy_type = USER_NUMPY[dtype]
+        info = np.iinfo(numpy_type)
+        wide = x.astype(np.float64)
+        y = np.clip(np.rint(wide), lo, hi)
+        y = np.where(np.isnan(wide), 0.0, np.clip(y, info.min, info.max))
+        return y.astype(numpy_type)
