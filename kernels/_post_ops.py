@@ -185,3 +185,14 @@ def reference(chain: tuple, value, old_dst=None, operands=None) -> np.ndarray:
         else:
             raise ValueError(f"post_ops[{i}]: unknown post-op kind {op[0]!r}")
     return y
+
+
+def scaled_reference(
+    chain: tuple, value, old_dst=None, operands=None, *, output_scale: float = 1.0
+) -> np.ndarray:
+    """``reference`` of ``value * output_scale`` (oneDNN v2's output scales, applied before the
+    chain), the product rounded to float32 as the kernels' leading ``linear`` eltwise does."""
+    y = np.asarray(value, dtype=np.float32)
+    if output_scale != 1.0:
+        y = eltwise_kernels.reference("linear", y, alpha=output_scale, beta=0.0)
+    return reference(chain, y, old_dst, operands)

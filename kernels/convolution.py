@@ -18,6 +18,11 @@ On the CPU (16-wide vectors), when src is contiguous along the innermost spatial
 stride 1 and at least 16 outputs, ``_row_vector`` takes over instead: 16 outputs along that axis as
 one float16 per channel (ResNet-50 conv2_x 3x3 on PoCL, 2 cores: 20 -> 140 GFLOP/s; depthwise 3x3
 2.5 -> 11.5). The per-position kernel above stays for every other case and for GPUs.
+
+Both paths apply a post-op chain (see ``_post_ops``) to ``acc + bias`` before the store: per
+element on the per-position path, on the float16 of 16 outputs on the row-vector path. Binary
+operands broadcast to dst (e.g. ``(1, OC, 1, 1)`` per channel) and are extra kernel arguments
+between bias and dst.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import math
 
 import numpy as np
 
+from . import _post_ops
 from ._spec import KernelConfig, KernelSpec, padded_global
 
 
@@ -54,7 +60,9 @@ def generate(
     dilation: tuple[int, ...],
     groups: int,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
+    """``post_ops``: a validated chain, applied to ``acc + bias`` before the store."""
     nsp = len(src_dims) - 2
     n, c = src_dims[:2]
     oc = wei_dims[0]
@@ -71,6 +79,9 @@ def generate(
     has_bias = bias_strides is not None
     ss, ws, ds = src_strides, wei_strides, dst_strides
     axes = "dhw"[3 - nsp:]  # names of the spatial axes, outermost first
+    po_strides = _post_ops.operand_strides(post_ops, len(dst_dims))
+    po_params = _post_ops.params(post_ops)
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + tuple(po_strides) + ("dst",)
 
     # Output position from the linear id, innermost axis first (divisions by constants).
     pos = ["long r = (long)p;"]
@@ -107,7 +118,11 @@ def generate(
         for j in range(ocb):
             guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
             bias = f" + bias[(gc + {j}) * {bias_strides[0]}L]" if has_bias else ""
-            stores.append(f"        {guard}dst[off_d + (gc + {j}) * {ds[1]}L] = acc{j}{bias};")
+            od = f"off_d + (gc + {j}) * {ds[1]}L"
+            chain = _post_ops.apply_scalar(post_ops, "v", od, {
+                name: f"off_{name} + (gc + {j}) * {s[1]}L" for name, s in po_strides.items()
+            })
+            stores.append(f"        {guard}{{ float v = acc{j}{bias}; {chain} dst[{od}] = v; }}")
         return f"""
         {accs}
         for (long ic = 0; ic < {icg}L; ++ic) {{
@@ -130,10 +145,17 @@ def generate(
         return _row_vector(
             nsp=nsp, n=n, icg=icg, ocg=ocg, groups=groups, ksz=ksz, isp=isp, osp=osp, ss=ss, ws=ws, ds=ds,
             bias_strides=bias_strides, strides=strides, padding_l=padding_l, dilation=dilation,
-            bias_param=bias_param, config=config,
+            bias_param=bias_param + po_params, config=config, post_ops=post_ops, po_strides=po_strides,
+            args=args,
         )
     local = max(1, min(config.local_size, npos))
-    source = f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
+    po_offsets = "".join(
+        f"\n    const long off_{name} = (long)b * {s[0]}L"
+        + "".join(f" + o{axes[i]} * {s[2 + i]}L" for i in range(nsp) if s[2 + i])
+        + ";"
+        for name, s in po_strides.items()
+    )
+    source = _post_ops.functions(post_ops) + f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}{po_params}
                               __global float* dst) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {npos}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
@@ -142,11 +164,10 @@ def generate(
     const long gc = g * {ocg}L + oc0;                    /* first output channel, overall */
     {pos_code}
     const long off_s = (long)b * {ss[0]}L;
-    const long off_d = (long)b * {ds[0]}L + {dst_sp};
+    const long off_d = (long)b * {ds[0]}L + {dst_sp};{po_offsets}
 {body}
 }}
 """
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + ("dst",)
     return KernelSpec(
         source=source,
         name="convolution_fwd",
@@ -162,7 +183,7 @@ ROWS_TIMES_CHANNELS = 8  # rows x channels per work-item on the row-vector path:
 
 
 def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_strides, strides, padding_l,
-                dilation, bias_param, config) -> KernelSpec:
+                dilation, bias_param, config, post_ops, po_strides, args) -> KernelSpec:
     """CPU path: 16 consecutive output positions along the innermost axis as one float16 per channel.
 
     Needs src contiguous along that axis and stride 1 there, so each window tap is 16 contiguous src
@@ -172,6 +193,11 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     decided per work-item and tap: taps whose 16 lanes are all inside load plainly, the others
     select per lane. The last block is shifted left to end at the row's end (no partial vectors)
     and stores only the lanes the previous block did not.
+
+    Post-ops run on each float16 before its store; sum reads the 16 old dst values (in a shifted
+    last block, lanes the previous block may have written already: they are not stored).
+    A binary operand is gathered lane by lane, or broadcast from one value where it does not vary
+    along the innermost axis (a per-channel operand).
     """
     tw = ROW_VECTOR
     ocb = max(1, min(16, ocg))
@@ -200,6 +226,18 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
         pos.append(f"const int full{k} = b{k} >= 0 && b{k} + {tw - 1}L < {iw}L;")
     pos_code = "\n    ".join(pos)
     dst_outer = "".join(f" + o{oa[i]} * {ds[2 + i]}L" for i in range(nsp - 1))
+    po_offsets = "".join(
+        f"\n    const long off_{name} = (long)b * {s[0]}L"
+        + "".join(f" + o{oa[i]} * {s[2 + i]}L" for i in range(nsp - 1) if s[2 + i])
+        + (f" + ow0 * {s[-1]}L" if s[-1] else "")
+        + ";"
+        for name, s in po_strides.items()
+    )
+
+    def lanes(pointer: str, stride: int) -> str:
+        if stride == 0:
+            return f"((float16)({pointer}[0]))"
+        return "((float16)(" + ", ".join(f"{pointer}[{t * stride}L]" for t in range(tw)) + "))"
 
     def taps(check_oc: bool, rr: int) -> str:
         lines = []
@@ -242,8 +280,18 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             base = f"off_d + (gc + {j}) * {ds[1]}L" + (f" + {rr * ds[-2]}L" if rr else "")
             plain = " ".join(f"d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
             part = " ".join(f"if (ow0 + {t}L >= ws0) d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
+            operands = "".join(
+                f" __global const float* q_{name} = {name} + off_{name} + (gc + {j}) * {s[1]}L"
+                + (f" + {rr * s[-2]}L" if rr and nsp >= 2 else "") + ";"
+                for name, s in po_strides.items()
+            )
+            chain = _post_ops.apply(
+                post_ops, "v", "float16", lanes("d", ds[-1]),
+                lambda name: lanes(f"q_{name}", po_strides[name][-1]),
+            )
+            chain = f"\n            {operands.strip()} {chain}" if post_ops else ""
             stores.append(
-                f"        {guard}{{ const float16 v = acc{j}_{rr}{bias}; __global float* d = dst + {base};\n"
+                f"        {guard}{{ __global float* d = dst + {base}; float16 v = acc{j}_{rr}{bias};{chain}\n"
                 f"            if (ow0 == ws0) {{ {plain} }}\n"
                 f"            else {{ {part} }} }}"
             )
@@ -263,7 +311,7 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     else:
         body = f"    {{{block(False)}\n    }}"
     local = max(1, min(config.local_size, nwork))
-    source = f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
+    source = _post_ops.functions(post_ops, ("float16",)) + f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
                               __global float* dst) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {nwork}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
@@ -272,11 +320,10 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     const long gc = g * {ocg}L + oc0;
     {pos_code}
     const long off_s = (long)b * {ss[0]}L;
-    const long off_d = (long)b * {ds[0]}L{dst_outer} + ow0 * {ds[-1]}L;
+    const long off_d = (long)b * {ds[0]}L{dst_outer} + ow0 * {ds[-1]}L;{po_offsets}
 {body}
 }}
 """
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + ("dst",)
     return KernelSpec(
         source=source,
         name="convolution_fwd",
@@ -297,10 +344,16 @@ def reference(
     padding_r=None,
     dilation=None,
     groups: int = 1,
+    output_scale: float = 1.0,
+    post_ops: tuple = (),
+    old_dst: np.ndarray | None = None,
+    operands=None,
 ) -> np.ndarray:
     """The convolution in float64 (returned as float32): one einsum per kernel offset.
 
-    ``weights`` is (OC, IC/groups, k...); ``dilation`` is a plain factor (1 = none).
+    ``weights`` is (OC, IC/groups, k...); ``dilation`` is a plain factor (1 = none). The result
+    times ``output_scale``, then ``post_ops``, follow as ``_post_ops.scaled_reference`` (``old_dst``
+    for sum post-ops, ``operands`` for binary ones).
     """
     x = np.asarray(src, np.float64)
     w = np.asarray(weights, np.float64)
@@ -325,4 +378,4 @@ def reference(
     y = y.reshape((n, oc) + osp)
     if bias is not None:
         y = y + np.asarray(bias, np.float64).reshape((1, oc) + (1,) * nsp)
-    return y.astype(np.float32)
+    return _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)

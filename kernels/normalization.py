@@ -22,15 +22,21 @@ In place (``dst`` the same memory as ``src``, same descriptor): the statistics p
 and the writing pass reads each element right before writing that same element, which no later
 step reads again; so in place is safe for every kernel here.
 
-Kernel arguments, in order, of those present: src, scale, shift, mean, variance, dst.
+Every kernel applies a post-op chain (see ``_post_ops``) to each normalised value right before its
+store; a sum post-op reads dst just before that same element is written (in place: src's value).
+
+Kernel arguments, in order, of those present: src, scale, shift, mean, variance, the post-op
+operands ``post_op_{i}_src1``, dst.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
+from . import _post_ops
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
 
 _F32_EPS = float(np.finfo(np.float32).eps)
@@ -75,10 +81,12 @@ def generate_layer(
     variance_strides: tuple[int, ...] | None,
     rms: bool = False,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
     """Layer (or, with ``rms``, RMS) normalization over ``axis``; statistics outputs where given.
 
     ``mean_strides``/``variance_strides`` are of the stats tensor (dims without ``axis``).
+    ``post_ops``: a validated chain applied to each output before its store.
     """
     n = dims[axis]
     other_dims = dims[:axis] + dims[axis + 1:]
@@ -89,6 +97,8 @@ def generate_layer(
         tensors["mean"] = mean_strides
     if variance_strides is not None:
         tensors["variance"] = variance_strides
+    po_strides = _post_ops.operand_strides(post_ops, len(dims))
+    tensors.update({name: st[:axis] + st[axis + 1:] for name, st in po_strides.items()})
     offsets = index_code(other_dims, tensors, "row")
     ss, ds = src_strides[axis], dst_strides[axis]
     x_at = f"src[off_src + k * {ss}UL]"
@@ -122,7 +132,11 @@ def generate_layer(
         expr = f"({expr}) * {scale_ref}"
     if shift_ref:
         expr = f"{expr} + {shift_ref}"
-    lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ dst[off_dst + k * {ds}UL] = {expr}; }}")
+    chain = _post_ops.apply_scalar(
+        post_ops, "y", f"off_dst + k * {ds}UL",
+        {name: f"off_{name} + k * {st[axis]}UL" for name, st in po_strides.items()},
+    )
+    lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ float y = {expr}; {chain} dst[off_dst + k * {ds}UL] = y; }}")
 
     args = ["src"]
     if scale_stride is not None:
@@ -133,6 +147,7 @@ def generate_layer(
         args.append("mean")
     if variance_strides is not None:
         args.append("variance")
+    args += list(po_strides)
     args.append("dst")
     name = "rmsnorm_fwd" if rms else "lnorm_fwd"
     params = ", ".join(
@@ -140,7 +155,7 @@ def generate_layer(
     )
     body = "\n    ".join(lines)
     # No restrict: in place, src and dst are one buffer.
-    source = f"""__kernel void {name}({params}) {{
+    source = _post_ops.functions(post_ops) + f"""__kernel void {name}({params}) {{
     const ulong row = get_global_id(0);
     if (row >= {rows}UL) return;
     {offsets}
@@ -168,17 +183,24 @@ def generate_batch(
     scale_stride: int | None,
     shift_stride: int | None,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
-    """Batch normalization inference over channel dim 1, one work-item per element."""
+    """Batch normalization inference over channel dim 1, one work-item per element; ``post_ops``
+    (a validated chain) applied to each output before its store."""
     elems = math.prod(dims)
     local = config.local_size
+    po_strides = _post_ops.operand_strides(post_ops, len(dims))
     lines = ["ulong r = i;", "ulong off_src = 0;", "ulong off_dst = 0;", "ulong c = 0;"]
+    lines += [f"ulong off_{name} = 0;" for name in po_strides]
     for axis in reversed(range(len(dims))):
         d = dims[axis]
         if d == 1:
             continue
         lines.append(f"{{ const ulong q = r % {d}UL; r /= {d}UL;")
-        lines.append(f"  off_src += q * {src_strides[axis]}UL; off_dst += q * {dst_strides[axis]}UL;")
+        lines.append(
+            f"  off_src += q * {src_strides[axis]}UL; off_dst += q * {dst_strides[axis]}UL;"
+            + "".join(f" off_{name} += q * {st[axis]}UL;" for name, st in po_strides.items() if st[axis])
+        )
         if axis == 1:
             lines.append("  c = q;")
         lines.append("}")
@@ -189,16 +211,20 @@ def generate_batch(
     if shift_stride is not None:
         expr = f"{expr} + shift[c * {shift_stride}UL]"
     lines.append(f"const float sm = {sm};")
-    lines.append(f"dst[off_dst] = {expr};")
+    lines.append(f"float y = {expr};")
+    chain = _post_ops.apply_scalar(post_ops, "y", "off_dst", {name: f"off_{name}" for name in po_strides})
+    if chain:
+        lines.append(chain)
+    lines.append("dst[off_dst] = y;")
     args = ["src"]
     if scale_stride is not None:
         args.append("scale")
     if shift_stride is not None:
         args.append("shift")
-    args += ["mean", "variance", "dst"]
+    args += ["mean", "variance", *po_strides, "dst"]
     params = ", ".join(f"__global {'' if a == 'dst' else 'const '}float* {a}" for a in args)
     body = "\n    ".join(lines)
-    source = f"""__kernel void bnorm_fwd({params}) {{
+    source = _post_ops.functions(post_ops) + f"""__kernel void bnorm_fwd({params}) {{
     const ulong i = get_global_id(0);
     if (i >= {elems}UL) return;
     {body}
@@ -224,56 +250,78 @@ def generate_group(
     scale_stride: int | None,
     shift_stride: int | None,
     config: KernelConfig,
+    post_ops: tuple = (),
 ) -> KernelSpec:
-    """Group normalization, one work-item per (n, group): stats over the group, then write."""
+    """Group normalization, one work-item per (n, group): stats over the group, then write;
+    ``post_ops`` (a validated chain) applied to each output before its store."""
     N, C = dims[0], dims[1]
     cg = C // groups
     spatial = list(range(2, len(dims)))
     count = cg * math.prod(dims[2:])
     items = N * groups
     local = config.local_size
+    po_strides = _post_ops.operand_strides(post_ops, len(dims))
+    # Offset variables per tensor: "s" src, "d" dst, "o{j}" the j-th post-op operand; each walks
+    # from its base b{key} (the group's first channel) as p{key}, then p{key}_{depth}.
+    operand_keys = {name: f"o{j}" for j, name in enumerate(po_strides)}
 
-    def loops(body: str) -> str:
-        # Channel loop outside, spatial loops inside, smallest src stride innermost.
+    def loops(body: Callable[[dict[str, str]], str], tensors: dict[str, tuple[int, ...]]) -> str:
+        # Channel loop outside, spatial loops inside, smallest src stride innermost. ``body``
+        # gets each tensor's offset variable at the innermost level.
         order = sorted(spatial, key=lambda a: -src_strides[a])
         opens = [
             f"for (ulong cc = 0; cc < {cg}UL; ++cc) {{ const ulong c = c0 + cc;"
-            f" const ulong ps = bs + cc * {src_strides[1]}UL; const ulong pd = bd + cc * {dst_strides[1]}UL;"
+            + "".join(f" const ulong p{t} = b{t} + cc * {st[1]}UL;" for t, st in tensors.items())
         ]
-        ps, pd = "ps", "pd"
+        offset = {t: f"p{t}" for t in tensors}
         for depth, a in enumerate(order):
             opens.append(
-                f"for (ulong j{depth} = 0; j{depth} < {dims[a]}UL; ++j{depth}) {{ "
-                f"const ulong ps{depth} = {ps} + j{depth} * {src_strides[a]}UL;"
-                f" const ulong pd{depth} = {pd} + j{depth} * {dst_strides[a]}UL;"
+                f"for (ulong j{depth} = 0; j{depth} < {dims[a]}UL; ++j{depth}) {{"
+                + "".join(
+                    f" const ulong p{t}_{depth} = {offset[t]} + j{depth} * {st[a]}UL;" for t, st in tensors.items()
+                )
             )
-            ps, pd = f"ps{depth}", f"pd{depth}"
-        inner = body.format(ps=ps, pd=pd)
-        return "\n    ".join(opens + [inner, "}" * len(opens)])
+            offset = {t: f"p{t}_{depth}" for t in tensors}
+        return "\n    ".join(opens + [body(offset), "}" * len(opens)])
 
-    value = "(src[{ps}] - m) * inv"
-    if scale_stride is not None:
-        value = f"({value}) * scale[c * {scale_stride}UL]"
-    if shift_stride is not None:
-        value = f"{value} + shift[c * {shift_stride}UL]"
-    pass1 = loops("{{ const float x = src[{ps}]; " + _sum_step("x", "s", "s_c").replace("{", "{{").replace("}", "}}") + " }}")
-    pass2 = loops("{{ const float d = src[{ps}] - m; " + _sum_step("d * d", "q", "q_c").replace("{", "{{").replace("}", "}}") + " }}")
-    pass3 = loops("{{ dst[{pd}] = " + value.replace("{ps}", "{ps}") + "; }}")
+    def value(ps: str) -> str:
+        v = f"(src[{ps}] - m) * inv"
+        if scale_stride is not None:
+            v = f"({v}) * scale[c * {scale_stride}UL]"
+        if shift_stride is not None:
+            v = f"{v} + shift[c * {shift_stride}UL]"
+        return v
+
+    def store(offset: dict[str, str]) -> str:
+        chain = _post_ops.apply_scalar(
+            post_ops, "y", offset["d"], {name: offset[key] for name, key in operand_keys.items()}
+        )
+        return f"{{ float y = {value(offset['s'])}; {chain} dst[{offset['d']}] = y; }}"
+
+    src_only = {"s": src_strides}
+    pass1 = loops(lambda o: f"{{ const float x = src[{o['s']}]; {_sum_step('x', 's', 's_c')} }}", src_only)
+    pass2 = loops(lambda o: f"{{ const float d = src[{o['s']}] - m; {_sum_step('d * d', 'q', 'q_c')} }}", src_only)
+    pass3 = loops(store, {"s": src_strides, "d": dst_strides,
+                          **{operand_keys[name]: st for name, st in po_strides.items()}})
+    operand_bases = "".join(
+        f"\n    const ulong b{operand_keys[name]} = n * {st[0]}UL + c0 * {st[1]}UL;" for name, st in po_strides.items()
+    )
     args = ["src"]
     if scale_stride is not None:
         args.append("scale")
     if shift_stride is not None:
         args.append("shift")
+    args += list(po_strides)
     args.append("dst")
     params = ", ".join(f"__global {'' if a == 'dst' else 'const '}float* {a}" for a in args)
-    source = f"""__kernel void gnorm_fwd({params}) {{
+    source = _post_ops.functions(post_ops) + f"""__kernel void gnorm_fwd({params}) {{
     const ulong i = get_global_id(0);
     if (i >= {items}UL) return;
     const ulong g = i % {groups}UL;
     const ulong n = i / {groups}UL;
     const ulong c0 = g * {cg}UL;
     const ulong bs = n * {src_strides[0]}UL + c0 * {src_strides[1]}UL;
-    const ulong bd = n * {dst_strides[0]}UL + c0 * {dst_strides[1]}UL;
+    const ulong bd = n * {dst_strides[0]}UL + c0 * {dst_strides[1]}UL;{operand_bases}
     float s = 0.0f, s_c = 0.0f;
     {pass1}
     const float m = (s + s_c) / {c_float(count)};
@@ -294,7 +342,8 @@ def generate_group(
     )
 
 
-# References, float64, returned as float32.
+# References, float64, returned as float32. Each takes the post-op keywords of ``_post_ops``'s
+# ``scaled_reference`` (``output_scale``, ``post_ops``, ``old_dst``, ``operands``) for its dst.
 
 def _affine_ref(y, scale, shift, shape):
     if scale is not None:
@@ -304,7 +353,8 @@ def _affine_ref(y, scale, shift, shape):
     return y
 
 
-def layer_reference(src, *, axis=-1, epsilon=1e-5, scale=None, shift=None):
+def layer_reference(src, *, axis=-1, epsilon=1e-5, scale=None, shift=None,
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
     """(dst, mean, variance) of layer normalization over ``axis``."""
     x = np.asarray(src, np.float64)
     axis = axis % x.ndim
@@ -314,28 +364,33 @@ def layer_reference(src, *, axis=-1, epsilon=1e-5, scale=None, shift=None):
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     y = _affine_ref(y, scale, shift, shape)
-    return (y.astype(np.float32), np.squeeze(m, axis).astype(np.float32),
+    y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
+    return (y, np.squeeze(m, axis).astype(np.float32),
             np.squeeze(v, axis).astype(np.float32))
 
 
-def rms_reference(src, *, epsilon=1e-5, scale=None):
+def rms_reference(src, *, epsilon=1e-5, scale=None, output_scale=1.0, post_ops=(), old_dst=None, operands=None):
     x = np.asarray(src, np.float64)
     ms = (x * x).mean(axis=-1, keepdims=True)
     y = x / np.sqrt(ms + float(np.float32(epsilon)))
-    return _affine_ref(y, scale, None, [1] * (x.ndim - 1) + [x.shape[-1]]).astype(np.float32)
+    y = _affine_ref(y, scale, None, [1] * (x.ndim - 1) + [x.shape[-1]]).astype(np.float32)
+    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
 
 
-def batch_reference(src, mean, variance, *, epsilon=1e-5, scale=None, shift=None):
+def batch_reference(src, mean, variance, *, epsilon=1e-5, scale=None, shift=None,
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
     x = np.asarray(src, np.float64)
     shape = [1] * x.ndim
     shape[1] = x.shape[1]
     m = np.asarray(mean, np.float64).reshape(shape)
     v = np.asarray(variance, np.float64).reshape(shape)
     y = (x - m) / np.sqrt(v + float(np.float32(epsilon)))
-    return _affine_ref(y, scale, shift, shape).astype(np.float32)
+    y = _affine_ref(y, scale, shift, shape).astype(np.float32)
+    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
 
 
-def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None):
+def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None,
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
     x = np.asarray(src, np.float64)
     n, c = x.shape[:2]
     g = x.reshape((n, groups, -1))
@@ -344,4 +399,5 @@ def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None):
     y = ((g - m) / np.sqrt(v + float(np.float32(epsilon)))).reshape(x.shape)
     shape = [1] * x.ndim
     shape[1] = c
-    return _affine_ref(y, scale, shift, shape).astype(np.float32)
+    y = _affine_ref(y, scale, shift, shape).astype(np.float32)
+    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)

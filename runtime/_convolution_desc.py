@@ -9,6 +9,8 @@ import attrs
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import F32Only
+from . import _post_op_chain
+from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import convolution as convolution_kernels
 
@@ -71,6 +73,12 @@ class ConvolutionDesc(F32Only):
       per spatial axis. Defaults: strides 1, padding 0, ``padding_r`` = ``padding_l``,
       dilation 1. **Dilation is a plain factor, 1 = none** (taps ``dil`` apart); oneDNN counts
       the gap instead, ``0`` = none, so oneDNN's ``d`` is ``d + 1`` here.
+    * ``output_scale`` (keyword, finite, default 1): oneDNN v2's output scale, multiplying the
+      result (bias included) before the post-ops.
+    * ``post_ops`` (keyword): a chain of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and
+      ``("binary", alg, src1)`` applied before the store (see ``triodnn._post_op_chain``); a binary
+      operand broadcasts to dst, e.g. ``(1, OC, 1, 1)`` per channel, and is the argument
+      ``post_op_{i}_src1``.
 
     The resolved per-axis tuples are stored, so an int and its spelled-out tuple make one
     descriptor (and one cache entry).
@@ -85,6 +93,8 @@ class ConvolutionDesc(F32Only):
     padding_r: tuple[int, ...] = None
     dilation: tuple[int, ...] = None
     groups: int = 1
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "convolution"
 
@@ -153,12 +163,14 @@ class ConvolutionDesc(F32Only):
             _check_memory_desc("bias", self.bias)
             if self.bias.dims != (oc,):
                 raise ArgumentMismatchError(f"bias dims {self.bias.dims} must be ({oc},), one per output channel")
+        set_("post_ops", _post_op_chain.check(self.post_ops, dims))
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
         descs = {"src": self.src, "weights": self.weights}
         if self.bias is not None:
             descs["bias"] = self.bias
+        descs.update(post_op_kernels.operands(self.post_ops))
         descs["dst"] = self.dst
         return descs
 
@@ -169,17 +181,22 @@ class ConvolutionDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return convolution_kernels.generate(
-            src_dims=self.src.dims,
-            src_strides=self.src.strides,
-            wei_dims=self.weights.dims,
-            wei_strides=self.weights.strides,
-            dst_dims=self.dst.dims,
-            dst_strides=self.dst.strides,
-            bias_strides=None if self.bias is None else self.bias.strides,
-            strides=self.strides,
-            padding_l=self.padding_l,
-            dilation=self.dilation,
-            groups=self.groups,
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: convolution_kernels.generate(
+                src_dims=self.src.dims,
+                src_strides=self.src.strides,
+                wei_dims=self.weights.dims,
+                wei_strides=self.weights.strides,
+                dst_dims=self.dst.dims,
+                dst_strides=self.dst.strides,
+                bias_strides=None if self.bias is None else self.bias.strides,
+                strides=self.strides,
+                padding_l=self.padding_l,
+                dilation=self.dilation,
+                groups=self.groups,
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )

@@ -27,7 +27,9 @@ class MatmulDesc(F32Only):
     (batch..., M, N); ``bias`` is optional and broadcasts to ``dst`` (e.g. (1, N) or (M, 1)).
     Transposed or strided inputs are expressed by their strides. ``post_ops`` (keyword): a chain
     of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied
-    to the result before the store (see ``triodnn._post_op_chain``).
+    to the result before the store (see ``triodnn._post_op_chain``). ``output_scale`` (keyword,
+    finite, default 1): oneDNN v2's output scale, ``(src @ weights + bias) * output_scale``, applied
+    before the post-op chain.
     """
 
     src: MemoryDesc
@@ -35,6 +37,7 @@ class MatmulDesc(F32Only):
     dst: MemoryDesc = None
     bias: MemoryDesc | None = None
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "matmul"
 
@@ -87,14 +90,18 @@ class MatmulDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return matmul_kernels.generate(
-            src_dims=self.src.dims,
-            src_strides=self.src.strides,
-            wei_dims=self.weights.dims,
-            wei_strides=self.weights.strides,
-            dst_strides=self.dst.strides,
-            bias_dims=None if self.bias is None else self.bias.dims,
-            bias_strides=None if self.bias is None else self.bias.strides,
-            config=config,
-            post_ops=self.post_ops,
+        return _post_op_chain.generate_scaled(
+            lambda chain: matmul_kernels.generate(
+                src_dims=self.src.dims,
+                src_strides=self.src.strides,
+                wei_dims=self.weights.dims,
+                wei_strides=self.weights.strides,
+                dst_strides=self.dst.strides,
+                bias_dims=None if self.bias is None else self.bias.dims,
+                bias_strides=None if self.bias is None else self.bias.strides,
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )

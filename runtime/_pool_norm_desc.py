@@ -4,7 +4,13 @@ Same pattern as the other kinds: frozen, hashable values; ``arg_descs`` in kerne
 errors name the offending argument and share ``_primitive_desc``'s checks. Optional arguments
 (``scale``, ``shift``, layer normalization's ``mean``/``variance`` outputs) are None when absent and
 then are not kernel arguments at all. Kernel argument order, of those present:
-src, scale, shift, mean, variance, dst.
+src, scale, shift, mean, variance, the post-op operands ``post_op_{i}_src1``, dst.
+
+The normalizations take oneDNN's attributes as keywords: ``output_scale`` (finite, default 1;
+oneDNN v2's output scale, multiplying the normalised output before the post-ops) and
+``post_ops``, a chain of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and
+``("binary", alg, src1)`` applied to dst's values before the store (see
+``triodnn._post_op_chain``); a binary operand broadcasts to dst.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import F32Only, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
+from . import _post_op_chain
+from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import normalization as norm_kernels
 from .kernels import pooling as pooling_kernels
@@ -68,12 +76,23 @@ def _check_channel_param(name: str, md: MemoryDesc | None, length: int, what: st
         raise ArgumentMismatchError(f"{name} dims {md.dims} must be ({length},), one value per {what}")
 
 
-def _resolve_dst(instance, src: MemoryDesc) -> None:
+def _resolve_dst_and_post_ops(instance, src: MemoryDesc) -> None:
+    """dst defaulted to src and checked, then the post-op chain checked against it."""
     if instance.dst is None:
         object.__setattr__(instance, "dst", src)
     _memory_desc("dst")(instance, None, instance.dst)
     if instance.dst.dims != src.dims:
         raise ArgumentMismatchError(f"dst dims {instance.dst.dims} differ from src dims {src.dims}")
+    object.__setattr__(instance, "post_ops", _post_op_chain.check(instance.post_ops, instance.dst.dims))
+
+
+def _post_ops_field():
+    return attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
+
+
+def _with_operands(inputs: dict[str, MemoryDesc], post_ops: tuple, dst: MemoryDesc) -> dict[str, MemoryDesc]:
+    """``arg_descs`` in kernel order: the inputs and outputs present, the post-op operands, dst."""
+    return {**inputs, **post_op_kernels.operands(post_ops), "dst": dst}
 
 
 @attrs.frozen(cache_hash=True)
@@ -202,6 +221,8 @@ class LayerNormDesc(F32Only):
     shift: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("shift"))
     mean: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("mean"))
     variance: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("variance"))
+    post_ops: tuple = _post_ops_field()
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "layer_normalization"
 
@@ -213,7 +234,7 @@ class LayerNormDesc(F32Only):
             raise InvalidArgumentError(f"axis {self.axis} is out of range for src of {ndims} dimensions {self.src.dims}")
         axis = self.axis % ndims
         object.__setattr__(self, "axis", axis)
-        _resolve_dst(self, self.src)
+        _resolve_dst_and_post_ops(self, self.src)
         c = self.src.dims[axis]
         _check_channel_param("scale", self.scale, c, "normalised element")
         _check_channel_param("shift", self.shift, c, "normalised element")
@@ -225,8 +246,10 @@ class LayerNormDesc(F32Only):
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return _present(src=self.src, scale=self.scale, shift=self.shift, mean=self.mean,
-                        variance=self.variance, dst=self.dst)
+        return _with_operands(
+            _present(src=self.src, scale=self.scale, shift=self.shift, mean=self.mean, variance=self.variance),
+            self.post_ops, self.dst,
+        )
 
     @property
     def label(self) -> str:
@@ -235,17 +258,22 @@ class LayerNormDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return norm_kernels.generate_layer(
-            dims=self.src.dims,
-            src_strides=self.src.strides,
-            dst_strides=self.dst.strides,
-            axis=self.axis,
-            epsilon=self.epsilon,
-            scale_stride=None if self.scale is None else self.scale.strides[0],
-            shift_stride=None if self.shift is None else self.shift.strides[0],
-            mean_strides=None if self.mean is None else self.mean.strides,
-            variance_strides=None if self.variance is None else self.variance.strides,
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: norm_kernels.generate_layer(
+                dims=self.src.dims,
+                src_strides=self.src.strides,
+                dst_strides=self.dst.strides,
+                axis=self.axis,
+                epsilon=self.epsilon,
+                scale_stride=None if self.scale is None else self.scale.strides[0],
+                shift_stride=None if self.shift is None else self.shift.strides[0],
+                mean_strides=None if self.mean is None else self.mean.strides,
+                variance_strides=None if self.variance is None else self.variance.strides,
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )
 
 
@@ -261,18 +289,20 @@ class RMSNormDesc(F32Only):
     dst: MemoryDesc = attrs.field(default=None)
     epsilon: float = attrs.field(default=1e-5, converter=_epsilon, eq=_float_key)
     scale: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("scale"))
+    post_ops: tuple = _post_ops_field()
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "rms_normalization"
 
     def __attrs_post_init__(self) -> None:
         if self.src.ndims < 2:
             raise InvalidArgumentError(f"src dims {self.src.dims} must have 2 or more dimensions")
-        _resolve_dst(self, self.src)
+        _resolve_dst_and_post_ops(self, self.src)
         _check_channel_param("scale", self.scale, self.src.dims[-1], "normalised element")
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return _present(src=self.src, scale=self.scale, dst=self.dst)
+        return _with_operands(_present(src=self.src, scale=self.scale), self.post_ops, self.dst)
 
     @property
     def label(self) -> str:
@@ -281,18 +311,23 @@ class RMSNormDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return norm_kernels.generate_layer(
-            dims=self.src.dims,
-            src_strides=self.src.strides,
-            dst_strides=self.dst.strides,
-            axis=self.src.ndims - 1,
-            epsilon=self.epsilon,
-            scale_stride=None if self.scale is None else self.scale.strides[0],
-            shift_stride=None,
-            mean_strides=None,
-            variance_strides=None,
-            rms=True,
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: norm_kernels.generate_layer(
+                dims=self.src.dims,
+                src_strides=self.src.strides,
+                dst_strides=self.dst.strides,
+                axis=self.src.ndims - 1,
+                epsilon=self.epsilon,
+                scale_stride=None if self.scale is None else self.scale.strides[0],
+                shift_stride=None,
+                mean_strides=None,
+                variance_strides=None,
+                rms=True,
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )
 
 
@@ -311,21 +346,25 @@ class BatchNormInferenceDesc(F32Only):
     epsilon: float = attrs.field(default=1e-5, converter=_epsilon, eq=_float_key)
     scale: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("scale"))
     shift: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("shift"))
+    post_ops: tuple = _post_ops_field()
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "batch_normalization"
 
     def __attrs_post_init__(self) -> None:
         if self.src.ndims < 2:
             raise InvalidArgumentError(f"src dims {self.src.dims} must be (N, C, ...) with 2 or more dimensions")
-        _resolve_dst(self, self.src)
+        _resolve_dst_and_post_ops(self, self.src)
         c = self.src.dims[1]
         for name in ("mean", "variance", "scale", "shift"):
             _check_channel_param(name, getattr(self, name), c, "channel")
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return _present(src=self.src, scale=self.scale, shift=self.shift, mean=self.mean,
-                        variance=self.variance, dst=self.dst)
+        return _with_operands(
+            _present(src=self.src, scale=self.scale, shift=self.shift, mean=self.mean, variance=self.variance),
+            self.post_ops, self.dst,
+        )
 
     @property
     def label(self) -> str:
@@ -334,16 +373,21 @@ class BatchNormInferenceDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return norm_kernels.generate_batch(
-            dims=self.src.dims,
-            src_strides=self.src.strides,
-            dst_strides=self.dst.strides,
-            epsilon=self.epsilon,
-            mean_stride=self.mean.strides[0],
-            variance_stride=self.variance.strides[0],
-            scale_stride=None if self.scale is None else self.scale.strides[0],
-            shift_stride=None if self.shift is None else self.shift.strides[0],
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: norm_kernels.generate_batch(
+                dims=self.src.dims,
+                src_strides=self.src.strides,
+                dst_strides=self.dst.strides,
+                epsilon=self.epsilon,
+                mean_stride=self.mean.strides[0],
+                variance_stride=self.variance.strides[0],
+                scale_stride=None if self.scale is None else self.scale.strides[0],
+                shift_stride=None if self.shift is None else self.shift.strides[0],
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )
 
 
@@ -371,6 +415,8 @@ class GroupNormDesc(F32Only):
     epsilon: float = attrs.field(default=1e-5, converter=_epsilon, eq=_float_key)
     scale: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("scale"))
     shift: MemoryDesc | None = attrs.field(default=None, validator=_optional_md("shift"))
+    post_ops: tuple = _post_ops_field()
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "group_normalization"
 
@@ -380,13 +426,13 @@ class GroupNormDesc(F32Only):
         c = self.src.dims[1]
         if self.groups < 1 or c % self.groups:
             raise InvalidArgumentError(f"groups {self.groups} must be positive and divide the {c} channels of src")
-        _resolve_dst(self, self.src)
+        _resolve_dst_and_post_ops(self, self.src)
         _check_channel_param("scale", self.scale, c, "channel")
         _check_channel_param("shift", self.shift, c, "channel")
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return _present(src=self.src, scale=self.scale, shift=self.shift, dst=self.dst)
+        return _with_operands(_present(src=self.src, scale=self.scale, shift=self.shift), self.post_ops, self.dst)
 
     @property
     def label(self) -> str:
@@ -395,15 +441,20 @@ class GroupNormDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return norm_kernels.generate_group(
-            dims=self.src.dims,
-            src_strides=self.src.strides,
-            dst_strides=self.dst.strides,
-            groups=self.groups,
-            epsilon=self.epsilon,
-            scale_stride=None if self.scale is None else self.scale.strides[0],
-            shift_stride=None if self.shift is None else self.shift.strides[0],
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: norm_kernels.generate_group(
+                dims=self.src.dims,
+                src_strides=self.src.strides,
+                dst_strides=self.dst.strides,
+                groups=self.groups,
+                epsilon=self.epsilon,
+                scale_stride=None if self.scale is None else self.scale.strides[0],
+                shift_stride=None if self.shift is None else self.shift.strides[0],
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )
 
 

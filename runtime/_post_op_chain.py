@@ -1,4 +1,5 @@
-"""Validation of post-op chains, the ``post_ops`` field of EltwiseDesc, BinaryDesc and MatmulDesc.
+"""Validation of post-op chains, the ``post_ops`` field of EltwiseDesc, BinaryDesc, MatmulDesc,
+ConvolutionDesc, SoftmaxDesc and the normalization descriptors; and their ``output_scale``.
 
 A chain is a tuple of plain tuples (so descriptors stay hashable values that cache blobs store):
 
@@ -8,17 +9,24 @@ A chain is a tuple of plain tuples (so descriptors stay hashable values that cac
 - ``("binary", alg, src1)`` with ``src1`` a MemoryDesc broadcasting to dst (aligned right).
 
 Errors name the offending entry, ``post_ops[i]``.
+
+``output_scale`` (oneDNN v2's output scales) multiplies the primitive's result before the chain.
+Generators know nothing of it: ``generate_scaled`` hands them the chain with a leading
+``("eltwise", "linear", output_scale, 0.0)``.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
+import attrs
 import numpy as np
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from .kernels import _post_ops as post_op_kernels
+from .kernels import KernelSpec
 from .kernels import eltwise as eltwise_kernels
 
 
@@ -116,3 +124,43 @@ def eq_key(post_ops) -> tuple:
         if isinstance(op, tuple) else op
         for op in post_ops
     )
+
+
+def _output_scale(value) -> float:
+    # The same rules and messages as _primitive_desc._finite_float, which cannot be imported
+    # here: _primitive_desc imports this module.
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"output_scale {value!r} is not a number") from None
+    if not math.isfinite(result):
+        raise InvalidArgumentError(f"output_scale {value!r} must be finite")
+    return result
+
+
+def _float_key(value: float) -> tuple[float, bool]:
+    """-0.0 and 0.0 bake different literals (as _primitive_desc._float_key)."""
+    return (value, math.copysign(1.0, value) < 0)
+
+
+def output_scale_field():
+    """The ``output_scale`` descriptor field: keyword-only, a finite float, 1.0 by default."""
+    return attrs.field(default=1.0, kw_only=True, converter=_output_scale, eq=_float_key)
+
+
+def generate_scaled(
+    make_kernel: Callable[[tuple], KernelSpec], post_ops: tuple, output_scale: float
+) -> KernelSpec:
+    """``make_kernel(chain)`` for a descriptor's validated ``post_ops`` and ``output_scale``.
+
+    A scale other than 1 reaches the generator as a leading ``linear`` eltwise post-op, so the
+    generator numbers the chain's binary operands one further than the user did; the spec's
+    ``arg_names``, which bind the buffers by position, are renamed back to the user's
+    ``post_op_{i}_src1`` (the kernel source keeps the generator's parameter names).
+    """
+    if output_scale == 1.0:
+        return make_kernel(post_ops)
+    chain = (("eltwise", "linear", output_scale, 0.0),) + post_ops
+    spec = make_kernel(chain)
+    user_names = dict(zip(post_op_kernels.arg_names(chain), post_op_kernels.arg_names(post_ops)))
+    return attrs.evolve(spec, arg_names=tuple(user_names.get(name, name) for name in spec.arg_names))

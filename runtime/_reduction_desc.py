@@ -13,6 +13,8 @@ import attrs
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._primitive_desc import F32Only, _memory_desc
+from . import _post_op_chain
+from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
 from .kernels import reduction as reduction_kernels
 from .kernels import softmax as softmax_kernels
@@ -36,12 +38,20 @@ class SoftmaxDesc(F32Only):
     ``axis`` may be negative, as numpy's; it is stored normalised, so ``axis=-1`` and the last
     index make one descriptor (and one cache entry). ``dst`` defaults to ``src`` (same dims and
     layout); any strides are accepted for either, the dims must match.
+
+    ``output_scale`` (keyword, finite, default 1): oneDNN v2's output scale, multiplying the
+    softmax (or logsoftmax) before the post-ops. ``post_ops`` (keyword): a chain of
+    ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied to
+    the result before the store (see ``triodnn._post_op_chain``); a binary operand broadcasts to
+    dst and is the argument ``post_op_{i}_src1``.
     """
 
     alg: str = attrs.field()
     src: MemoryDesc = attrs.field(validator=_memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     axis: int = attrs.field(default=-1, converter=_to_axis)
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_op_chain.eq_key)
+    output_scale: float = _post_op_chain.output_scale_field()
 
     kind = "softmax"
 
@@ -67,10 +77,11 @@ class SoftmaxDesc(F32Only):
             raise ArgumentMismatchError(
                 f"dst dims {self.dst.dims} differ from src dims {self.src.dims}"
             )
+        object.__setattr__(self, "post_ops", _post_op_chain.check(self.post_ops, self.dst.dims))
 
     @property
     def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": self.src, "dst": self.dst}
+        return {"src": self.src, **post_op_kernels.operands(self.post_ops), "dst": self.dst}
 
     @property
     def label(self) -> str:
@@ -79,13 +90,18 @@ class SoftmaxDesc(F32Only):
 
     def generate(self, config: KernelConfig) -> KernelSpec:
         self.check_supported()
-        return softmax_kernels.generate(
-            self.alg,
-            dims=self.src.dims,
-            src_strides=self.src.strides,
-            dst_strides=self.dst.strides,
-            axis=self.axis,
-            config=config,
+        return _post_op_chain.generate_scaled(
+            lambda chain: softmax_kernels.generate(
+                self.alg,
+                dims=self.src.dims,
+                src_strides=self.src.strides,
+                dst_strides=self.dst.strides,
+                axis=self.axis,
+                config=config,
+                post_ops=chain,
+            ),
+            self.post_ops,
+            self.output_scale,
         )
 
 
