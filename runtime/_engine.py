@@ -11,10 +11,11 @@ import numpy as np
 import pyopencl as cl
 import trio
 
-from ._errors import CacheBlobError, ClosedError, InvalidArgumentError
+from ._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
 from ._memory import Memory
 from ._memory_desc import MemoryDesc
 from ._primitive import Primitive
+from ._reorder_desc import CrossEngineReorder, CrossEngineReorderDesc, ReorderDesc
 from ._stream import Stream, StreamFlags
 from . import _cache_blob
 from . import _verbose as verbose
@@ -83,6 +84,8 @@ class Engine:
     _runtime: Runtime = attrs.field(alias="runtime", repr=False)
     out_of_order_strategy: object = attrs.field(repr=False, default=None)
     _host_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
+    # Out-of-order stream that cross-engine reorders copy through on this side; opened lazily.
+    _transfer_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
     _config: KernelConfig = attrs.field(init=False, repr=False)
     _device_identity: DeviceIdentity = attrs.field(init=False, repr=False)
     _build_options: tuple[str, ...] = attrs.field(init=False, repr=False)
@@ -153,10 +156,15 @@ class Engine:
         check = getattr(desc, "check_supported", None)
         if check is not None:
             check()
+        return await self._create(desc)
+
+    async def _create(self, desc, key_desc=None, make=Primitive, **extra) -> Primitive:
+        """``desc`` through the cache under ``key_desc`` (default ``desc``), as a ``make``."""
         started = time.perf_counter()
+        key_desc = desc if key_desc is None else key_desc
         key = PrimitiveKey(
-            kind=desc.kind,
-            desc=desc,
+            kind=key_desc.kind,
+            desc=key_desc,
             attr=(),
             impl=self._config.name,
             config=self._config,
@@ -167,11 +175,65 @@ class Engine:
         )
         impl, how = await self._runtime._cache_actor.get(key, functools.partial(self._build_impl, key))
         built = await self._resources_from(impl)
-        primitive = Primitive(
-            self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds, entry=impl
+        primitive = make(
+            self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds, entry=impl,
+            **extra,
         )
         verbose.primitive_created(how, self, primitive, time.perf_counter() - started)
         return primitive
+
+    async def create_reorder(
+        self, src: MemoryDesc, dst: MemoryDesc, *, src_engine: Engine | None = None,
+        dst_engine: Engine | None = None,
+    ) -> Primitive:
+        """A reorder from ``src`` on ``src_engine`` to ``dst`` on ``dst_engine`` (oneDNN's
+        ``reorder::primitive_desc(src_engine, src_md, dst_engine, dst_md)``); both engines
+        default to this one, which must be one of them.
+
+        The primitive runs on the executing engine, ``primitive.engine``: the GPU side when one
+        side is a GPU, else the source engine. Execute it on a stream of that engine with
+        ``{"src": memory on src_engine, "dst": memory on dst_engine}``. Engines of one OpenCL
+        context give a plain reorder (``create_primitive(ReorderDesc(src, dst))``). Across two
+        contexts the data moves through the host: the engine that does not execute reads ``src``
+        or writes ``dst`` with an out-of-order transfer stream of its own, the executing stream
+        writes or reads a temporary around the conversion kernel, each step an event dependency
+        of the next; the returned event, on the executing stream, completes once ``dst`` is
+        written. The cache key holds both engines' identities (``EngineIdentity``).
+        """
+        src_engine = self if src_engine is None else src_engine
+        dst_engine = self if dst_engine is None else dst_engine
+        for name, engine in (("src_engine", src_engine), ("dst_engine", dst_engine)):
+            if not isinstance(engine, Engine):
+                raise InvalidArgumentError(f"{name} is {type(engine).__name__}, expected triodnn.Engine")
+            if engine._runtime is not self._runtime:
+                raise EngineMismatchError(f"{name} {engine} belongs to another runtime than {self}")
+            if engine.closed:
+                raise ClosedError(f"{name} {engine} is closed (its runtime has shut down)")
+        src_ctx, dst_ctx = src_engine.cl_context.int_ptr, dst_engine.cl_context.int_ptr
+        if self.cl_context.int_ptr not in (src_ctx, dst_ctx):
+            raise EngineMismatchError(
+                f"engine {self} is neither src_engine ({src_engine}) nor dst_engine ({dst_engine}); "
+                "call create_reorder on one of them"
+            )
+        desc = ReorderDesc(src, dst)
+        desc.check_supported()
+        if src_ctx == dst_ctx:
+            return await src_engine._create(desc)
+        on_dst = dst_engine.info.type == "gpu" and src_engine.info.type != "gpu"
+        executing, peer = (dst_engine, src_engine) if on_dst else (src_engine, dst_engine)
+        key_desc = CrossEngineReorderDesc(desc, src_engine.identity, dst_engine.identity)
+        primitive = await executing._create(
+            desc, key_desc, CrossEngineReorder, src_engine=src_engine, dst_engine=dst_engine
+        )
+        primitive._peer_stream = await peer._open_transfer_stream()
+        return primitive
+
+    async def _open_transfer_stream(self) -> Stream:
+        if self._transfer_stream is None:
+            stream = await self.stream(StreamFlags.out_of_order)
+            if self._transfer_stream is None:  # else a concurrent call won; this one stays idle
+                self._transfer_stream = stream
+        return self._transfer_stream
 
     def primitive_cache_blob(self) -> bytes:
         """Every cached implementation for this engine's device, as bytes: what

@@ -107,7 +107,12 @@ class Stream:
                 f"primitive {primitive.label} was created on {primitive.engine}, "
                 f"not on this stream's {self.engine}"
             )
-        buffers = primitive._buffers(args, self.engine)
+        across = getattr(primitive, "_submit_across", None)
+        if across is not None:  # a cross-engine reorder: copies around the kernel, see there
+            return across(self, args, deps)
+        return self._submit_kernel(primitive, primitive._buffers(args, self.engine), deps)
+
+    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps: tuple) -> Event:
         event = self._event(primitive.label)
         self._actor.submit(
             (KERNEL, event, deps, primitive._kernel, buffers, primitive.spec.global_size,
@@ -161,6 +166,20 @@ class Stream:
         buffer = self._buffer_of(memory, "memory")
         event = self._event(f"read:{memory.desc}")
         self._actor.submit((READ, event, deps, buffer, host))
+        return event
+
+    def _write_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
+        """Copy the flat ``host`` array (``memory``'s bytes, gaps included) into ``memory``."""
+        deps = check_deps(deps)
+        buffer = self._buffer_of(memory, "memory")
+        event = self._event(f"write:{memory.desc}")
+        self._actor.submit((WRITE, event, deps, buffer, host))
+        return event
+
+    def _marker(self, label: str, deps) -> Event:
+        """A marker named ``label``: completes when ``deps`` have (or all before it, in order)."""
+        event = self._event(label)
+        self._actor.submit((MARKER, event, check_deps(deps)))
         return event
 
     def marker(self, deps=()) -> Event:
