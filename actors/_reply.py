@@ -9,7 +9,8 @@ import trio
 
 @attrs.define(eq=False)
 class ReplySlot:
-    """Filled once by the actor, awaited by the requester.
+    """Filled once by the actor, awaited by the requester (or by several: coalesced requests
+    share one slot, so reading it never consumes it).
 
     A requester that is cancelled simply stops waiting; the actor still fills the slot, so work in
     flight is never torn down by one impatient caller.
@@ -32,4 +33,7 @@ class ReplySlot:
 
     async def get(self):
         await self._done.wait()
-        return self._outcome.unwrap()
+        # Not outcome.unwrap(), which allows one reader: a second waiter got AlreadyUsedError.
+        if isinstance(self._outcome, outcome.Error):
+            raise self._outcome.error
+        return self._outcome.value

@@ -414,6 +414,26 @@ async def test_two_engines_of_one_device_share_one_build(fresh_cache, rt, rng):
         tolerance.check(await run_relu(engine, primitive, x), ref, tolerance.eltwise("relu"))
 
 
+
+async def test_tasks_loading_one_cached_binary_on_a_new_engine_share_the_load(fresh_cache, rt, rng):
+    """Regression: concurrent hits on an engine without the resources wait on one load; every
+    waiter used to need its own reply slot (the second one got outcome.AlreadyUsedError)."""
+    first, second = await rt.engine(), await rt.engine()
+    desc = relu(1039, alpha=0.25)
+    await first.create_primitive(desc)
+    primitives = []
+
+    async def create() -> None:
+        primitives.append(await second.create_primitive(desc))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(create)
+    assert len(primitives) == 8 and built(second) == (0, 1)
+    x = rng.uniform(-5, 5, 1039).astype(np.float32)
+    tolerance.check(await run_relu(second, primitives[-1], x), eltwise.reference("relu", x, alpha=0.25),
+                    tolerance.eltwise("relu"))
+
 # -- 6. OS threads, each with its own trio run -------------------------------------------------------
 
 
