@@ -1,4 +1,5 @@
-"""The ``triodnn`` command line: ``info`` lists devices, ``demo`` runs the async pipeline demo."""
+"""The ``triodnn`` command line: ``info`` lists devices, ``demo`` runs the async pipeline demo,
+``graph`` runs, checks and times serialized oneDNN graphs."""
 
 from __future__ import annotations
 
@@ -36,6 +37,30 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def _graph(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import trio
+
+    from .graph._driver import run_cases
+
+    paths = [Path(p) for p in args.case or []]
+    if args.batch:
+        paths += sorted(Path(args.batch).glob("*.json"))
+    if not paths:
+        print("triodnn graph: give --case FILE or --batch DIR", file=sys.stderr)
+        return 2
+    results = trio.run(lambda: run_cases(
+        paths, engine_spec=args.engine, mode=args.mode, policy=args.policy,
+        in_shapes=args.in_shapes, dt=args.dt, expected_n_partitions=args.expected_n_partitions,
+        repeat=args.repeat))
+    counts = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    print("tests:", len(results), " ".join(f"{k.lower()}: {v}" for k, v in sorted(counts.items())))
+    return 1 if any(r.status == "FAILED" for r in results) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triodnn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--in-flight", type=int, default=4, help="requests in flight at once (default 4)")
     demo.add_argument("--rounds", type=int, default=3, help="timed rounds per stream kind (default 3)")
     demo.set_defaults(run=_demo)
+    graph = commands.add_parser("graph", help="run, check (--mode C) or time (--mode P) oneDNN graph JSON")
+    graph.add_argument("--case", action="append", metavar="FILE", help="a serialized graph (repeatable)")
+    graph.add_argument("--batch", metavar="DIR", help="every *.json in DIR")
+    graph.add_argument("--mode", choices=("C", "P"), default="C",
+                       help="C: check against numpy (default); P: time per run")
+    graph.add_argument("--engine", help="KIND[:INDEX], e.g. cpu or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")
+    graph.add_argument("--policy", choices=("fusion", "debug"), default="fusion")
+    graph.add_argument("--in-shapes", metavar="ID:AxB+...", help="new shapes for graph inputs")
+    graph.add_argument("--dt", metavar="DT|ID:DT+...", help="data type of every floating tensor, or per id")
+    graph.add_argument("--expected-n-partitions", type=int, metavar="N")
+    graph.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
+    graph.set_defaults(run=_graph)
     args = parser.parse_args(argv)
     from ._errors import TriodnnError
 

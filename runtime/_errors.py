@@ -62,3 +62,12 @@ class ProfilingError(TriodnnError):
 
 class ClosedError(TriodnnError):
     """A runtime, engine or stream was used after it was closed."""
+
+
+class InvalidGraphError(InvalidArgumentError):
+    """A graph is malformed: duplicate or conflicting logical tensors, a second producer, a cycle,
+    an unknown op kind or attribute, bad JSON, or an op added after partitioning."""
+
+
+class ShapeInferenceError(InvalidGraphError):
+    """Output shapes of an op cannot be inferred from its inputs and attributes."""

@@ -29,11 +29,23 @@ class Memory:
     desc: MemoryDesc
     _buffer: cl.Buffer | None = attrs.field(alias="buffer", repr=False)
     _finalizer: weakref.finalize | None = attrs.field(default=None, init=False, repr=False)
+    # A view keeps the memory it looks into alive and frees nothing itself.
+    _viewed: Memory | None = attrs.field(default=None, alias="viewed", repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._finalizer = weakref.finalize(
-            self, self.engine._actor.release_buffer, self._buffer, self.desc.nbytes
-        )
+        if self._viewed is None:
+            self._finalizer = weakref.finalize(
+                self, self.engine._actor.release_buffer, self._buffer, self.desc.nbytes
+            )
+
+    def view(self, desc: MemoryDesc) -> Memory:
+        """The same buffer seen through ``desc`` (a reshape, a transposition, a reinterpretation
+        of its bytes); the view must fit in the buffer. Releasing a view frees nothing."""
+        if desc.nbytes > self.cl_buffer.size:
+            raise ArgumentMismatchError(
+                f"view {desc} needs {desc.nbytes} bytes; the memory has {self.cl_buffer.size}"
+            )
+        return Memory(self.engine, desc, self.cl_buffer, viewed=self)
 
     @property
     def cl_buffer(self) -> cl.Buffer:
@@ -49,7 +61,8 @@ class Memory:
         """Free the device buffer now; commands already enqueued on it still complete."""
         if self._buffer is not None:
             self._buffer = None
-            self._finalizer()
+            if self._finalizer is not None:
+                self._finalizer()
 
     def __enter__(self) -> Memory:
         return self

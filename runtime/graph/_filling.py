@@ -1,0 +1,251 @@
+"""Input filling and comparison tolerances for checking graph partitions, after benchdnn graph.
+
+benchdnn fills each input so the reference and the library compute the same numbers wherever
+they can: small integers for matmul and convolution (every product and partial sum is an exact
+float32 integer, so any summation order gives the exact result), powers of two for scales (a
+product or quotient by one only moves the exponent), positive values where the math needs them.
+``fill_input`` applies these rules by the kinds of the ops that consume a tensor and, where the
+caller knows it, the tensor's role.
+
+Rules, in order (the first that applies wins):
+
+1. ``boolean``: a mix of True and False (both present when the tensor has two or more elements),
+   so Select conditions take both branches.
+2. role ``"scale"``: a power of two from 1/8 to 4 (attention's 1/sqrt(d) or d scales, applied by
+   Multiply or Divide, stay exact).
+3. role ``"mask"``: an additive attention mask, 0 or -inf, with the first element of every row
+   (along the last axis) 0, so no row is masked entirely (``inf_as_zero`` tests set such rows
+   on purpose).
+4. role ``"divisor"``, or a consumer among Log, Sqrt, Pow, Reciprocal: positive values. Divisors
+   are powers of two from 1/2 to 4 (quotients exact); Log/Sqrt/Pow inputs are multiples of 1/8 in
+   [1/8, 4] (exact in bf16 and f16, away from log's and sqrt's singular point).
+5. roles ``"variance"`` and ``"gamma"`` (BatchNormInference, LayerNorm, RMSNorm): positive
+   multiples of 1/4 in [1/4, 2]; ``"beta"`` and ``"mean"``: multiples of 1/4 in [-2, 2].
+6. consumed by MatMul, Convolution, or a Divide with no role (it could be either operand):
+   integers in [-4, 4], without 0 when a Divide consumes it. Sums of products of these stay
+   exact in float32 for reductions of up to 2^20 terms.
+7. consumed by LayerNorm, RMSNorm or BatchNormInference: multiples of 1/16 in [-4, 4], so every
+   normalised row has a spread (nonzero variance).
+8. consumed only by transcendental eltwise ops (GELU, Tanh, Sigmoid, Exp, Elu, Mish, SoftPlus):
+   multiples of 1/4 in [-4, 4], which cover the curved part of each function.
+9. anything else (binary ops, softmax, reductions, data movement): integers in [-4, 4].
+   Softmax sees differences of at most 8, far from exp's overflow.
+
+Every float value above is exact in bf16 and f16 (at most 8 significant bits, exponents in
+range), so one filling serves all three types. s32 tensors get integers in [-4, 4] (positive
+for divisors), s8 in [-4, 4], u8 in [0, 8].
+
+``tolerance`` gives the (rtol, atol) to compare a partition's output with the op-by-op
+reference: an element passes when ``|got - ref| <= atol + rtol * |ref|``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import numpy as np
+
+from .._errors import InvalidArgumentError
+
+_POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal"})
+_EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
+_NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference"})
+_TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus"})
+ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance")
+
+
+def _choice(rng: np.random.Generator, values, shape) -> np.ndarray:
+    return rng.choice(np.asarray(values, dtype=np.float64), size=shape)
+
+
+def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.random.Generator,
+                  role: str | None) -> np.ndarray:
+    if role == "scale":
+        return _choice(rng, [0.125, 0.25, 0.5, 1.0, 2.0, 4.0], shape)
+    if role == "mask":
+        mask = np.where(rng.random(shape) < 0.5, 0.0, -np.inf)
+        if mask.ndim:
+            mask[..., 0] = 0.0
+        return mask
+    if role == "divisor":
+        return _choice(rng, [0.5, 1.0, 2.0, 4.0], shape)
+    if consumers & _POSITIVE_KINDS:
+        return rng.integers(1, 33, size=shape) / 8.0
+    if role in ("gamma", "variance"):
+        return rng.integers(1, 9, size=shape) / 4.0
+    if role in ("beta", "mean"):
+        return rng.integers(-8, 9, size=shape) / 4.0
+    if consumers & _EXACT_SUM_KINDS or "Divide" in consumers:
+        values = rng.integers(-4, 5, size=shape).astype(np.float64)
+        if "Divide" in consumers:
+            values = np.where(values == 0, 1.0, values)
+        return values
+    if consumers & _NORM_KINDS:
+        return rng.integers(-64, 65, size=shape) / 16.0
+    if consumers and consumers <= _TRANSCENDENTAL_KINDS:
+        return rng.integers(-16, 17, size=shape) / 4.0
+    return rng.integers(-4, 5, size=shape).astype(np.float64)
+
+
+def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.Generator, *,
+               role: str | None = None) -> np.ndarray:
+    """Values for a graph input of ``dtype`` and ``shape`` consumed by ops of
+    ``consumer_kinds``, after the rules of this module's docstring; ``role`` (one of ``ROLES``,
+    or None) says what the tensor is where the kinds alone cannot.
+
+    Returns user-facing values: float32 for f32, f16 and bf16 (values exact in the type), int32
+    for s32, int8/uint8 for s8/u8, ``np.bool_`` for boolean.
+    """
+    if role is not None and role not in ROLES:
+        raise InvalidArgumentError(f"fill role {role!r} is not one of {', '.join(ROLES)} (or None)")
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"cannot fill shape {list(shape)}: unknown or negative dims")
+    consumers = frozenset(consumer_kinds)
+    if dtype == "boolean":
+        values = rng.random(shape) < 0.5
+        if values.size >= 2:
+            flat = values.reshape(-1)
+            flat[0], flat[-1] = True, False
+        return np.asarray(values, dtype=np.bool_)
+    if dtype in ("s32", "s8"):
+        low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
+        values = rng.integers(low, 5, size=shape)
+        return values.astype(np.int32 if dtype == "s32" else np.int8)
+    if dtype == "u8":
+        return rng.integers(0, 9, size=shape).astype(np.uint8)
+    if dtype not in ("f32", "f16", "bf16"):
+        raise InvalidArgumentError(f"cannot fill data type {dtype!r}")
+    return _float_values(shape, consumers, rng, role).astype(np.float32)
+
+
+# -- tolerances -----------------------------------------------------------------------------
+
+_F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
+
+
+@functools.cache
+def _primitive_thresholds() -> dict[str, float]:
+    """Per-kind f32 thresholds, from the primitive tolerances of ``triodnn.kernels.tolerance``
+    (each after benchdnn's setup_cmp for its driver), on ``|err| <= t * max(1, |ref|)``."""
+    from ..kernels import tolerance as kt
+
+    exact = 0.0
+    thresholds = {
+        # Data movement, selection, comparisons, max/min, ReLU-like eltwise, max pooling: every
+        # output element is an input element or a constant; nothing rounds.
+        **dict.fromkeys(("Reorder", "StaticReshape", "StaticTranspose", "Concat", "Select",
+                         "GenIndex", "GreaterEqual", "Maximum", "Minimum", "ReLU", "Abs",
+                         "Clamp", "Round", "MaxPool", "TypeCast", "End", "Wildcard"), exact),
+        # One rounding per element (kernels.tolerance.BINARY, benchdnn binary's f32 eps); exact
+        # on the integer filling.
+        **dict.fromkeys(("Add", "Subtract", "Multiply", "BiasAdd", "SquaredDifference",
+                         "Square"), kt.BINARY),
+        # MatMul and Convolution on the integer filling are exact in any summation order: benchdnn
+        # graph says f32 partitions are "supposed to be exact on both ends". Non-integer operands
+        # (a softmax before a matmul) are covered by the chain allowance of ``tolerance``.
+        "MatMul": exact,
+        "Convolution": exact,
+        # OpenCL's single-precision division and sqrt are within 2.5 and 3 ulp unless built with
+        # -cl-fp32-correctly-rounded-divide-sqrt: the non-transcendental eltwise bound (4e-6,
+        # kernels.tolerance.ELTWISE) covers both.
+        "Divide": kt.ELTWISE,
+        "AvgPool": kt.ELTWISE,  # an exact integer window sum, then one division
+        "ReduceSum": kt.reduction("sum"),
+        "ReduceMean": kt.reduction("mean"),
+        "ReduceMax": kt.reduction("max"),
+        "ReduceMin": kt.reduction("min"),
+        "ReduceL1": kt.reduction("l1"),
+        "ReduceL2": kt.reduction("l2"),
+        # The product's bound grows with the count, unknown here: 64 factors assumed.
+        "ReduceProd": kt.reduction("mul", 64),
+        "SoftMax": kt.softmax("softmax"),
+        "LogSoftmax": kt.softmax("logsoftmax"),
+        "LayerNorm": kt.normalization("layer_normalization"),
+        "RMSNorm": kt.normalization("rms_normalization"),
+        "BatchNormInference": kt.normalization("batch_normalization"),
+    }
+    from ._op_schema import OP_SCHEMAS
+
+    for kind, schema in OP_SCHEMAS.items():
+        if schema.unary_elementwise and kind not in thresholds:
+            thresholds[kind] = kt.eltwise(schema.algorithm)  # 4e-5 transcendental, else 4e-6
+    return thresholds
+
+
+# benchdnn's relaxed check for outputs with an eltwise in the chain (compare.cpp: absolute
+# difference within 2e-5 or relative within 8e-6). It applies here where an op that turns the
+# dyadic filling into arbitrary reals (INEXACT) meets another op that sums many elements
+# (ACCUMULATING) in one partition: the two sides then sum differently rounded terms, perhaps in
+# different orders. Integer-preserving ops (Add, Multiply by a power of two, ReLU ...) do not
+# count: MatMul followed by Add stays exact.
+_CHAIN_RTOL = 8e-6
+_CHAIN_ATOL = 2e-5
+_INEXACT_KINDS = frozenset({
+    "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
+    "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
+    "RMSNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
+})
+_ACCUMULATING_KINDS = frozenset({
+    "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm",
+    "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
+})
+# Rounding bounds of the narrow output types: one ulp relative to the value, 2^-7 for bf16
+# (8 significant bits) and 2^-10 for f16 (11 bits). Half an ulp is the rounding error of the
+# reference itself; a full ulp lets the partition's rounding land on the neighbouring value
+# when its f32 result differs from the float64 reference by a hair across a rounding boundary.
+_NARROW_ULP = {"bf16": 2.0**-7, "f16": 2.0**-10}
+
+
+def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
+    """``(rtol, atol)`` to compare a partition made of ops of ``kinds`` with the op-by-op
+    reference, for outputs of ``dtype``: pass when ``|got - ref| <= atol + rtol * |ref|``.
+
+    Pass as ``dtype`` the narrowest float type among the partition's tensors (see
+    ``narrowest_dtype``): a bf16 intermediate the reference rounds but a fused kernel keeps in
+    f32 costs as much as a bf16 output. Rules:
+
+    * f32: the largest per-kind threshold ``t`` (``triodnn.kernels.tolerance``, after benchdnn's
+      per-driver thresholds) as ``(t, t)``, the ``t * max(1, |ref|)`` rule of the primitives;
+      exact kinds give (0, 0).
+    * A chain, where an op making non-dyadic values (transcendental or dividing eltwise, Divide,
+      softmax, normalisation, averages) and another op summing many elements (MatMul,
+      Convolution, reductions, normalisation, softmax, average pooling) meet in one partition,
+      takes at least benchdnn's relaxed eltwise-chain check: rtol 8e-6, atol 2e-5.
+    * bf16/f16: at least one ulp of the type, relative (2^-7, 2^-10) and absolute; twice that
+      for a chain, since the reference rounds the intermediate and the partition may not.
+    * s32, s8, u8, boolean: exact (integer results of integer data, comparisons and copies).
+    """
+    kinds = frozenset(kinds)
+    if dtype in ("s32", "s8", "u8", "boolean"):
+        return 0.0, 0.0
+    if dtype not in ("f32", "f16", "bf16"):
+        raise InvalidArgumentError(f"no tolerance for data type {dtype!r}")
+    from ._op_schema import schema_of
+
+    thresholds = _primitive_thresholds()
+    for kind in kinds:
+        schema_of(kind)  # InvalidGraphError for an unknown kind
+    t = max((thresholds.get(kind, 0.0) for kind in kinds), default=0.0)
+    rtol, atol = t, t
+    chain = any(p != c for p in kinds & _INEXACT_KINDS for c in kinds & _ACCUMULATING_KINDS)
+    if chain:
+        rtol, atol = max(rtol, _CHAIN_RTOL), max(atol, _CHAIN_ATOL)
+    if dtype in _NARROW_ULP:
+        ulp = _NARROW_ULP[dtype] * (2 if chain else 1)
+        rtol, atol = max(rtol, ulp), max(atol, ulp)
+    return rtol, atol
+
+
+_WIDTH = {"f32": 3, "f16": 1, "bf16": 0}  # bf16 has the fewest significant bits
+
+
+def narrowest_dtype(dtypes: Iterable[str]) -> str:
+    """The float type with the fewest significant bits among ``dtypes`` (f32 when none is a
+    float type): what ``tolerance`` wants for a partition whose tensors have ``dtypes``."""
+    floats = [d for d in dtypes if d in _WIDTH]
+    return min(floats, key=_WIDTH.__getitem__) if floats else "f32"
+
+
+__all__ = ["ROLES", "fill_input", "narrowest_dtype", "tolerance"]

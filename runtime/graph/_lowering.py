@@ -1,0 +1,546 @@
+"""Lowering: the ops of a partition as a plan of primitive executions over buffer slots.
+
+A plan names its buffers by slot: the partition's input ports, its output ports, and
+temporaries. Each step is a primitive descriptor with, per argument, a view: a slot seen
+through a memory descriptor. Views make reshapes, transposes, the layouts of NXC convolutions
+and the transposes of MatMul free: they change how the next primitive reads a buffer, not the
+buffer. A step whose primitive cannot take a data type (most kernels compute f32) gets
+reorders to and from f32 temporaries around it, so every op runs on every data type the
+graph names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import attrs
+
+from .._convolution_desc import ConvolutionDesc
+from .._errors import UnsupportedError
+from .._gen_index_desc import GenIndexDesc
+from .._matmul_desc import MatmulDesc
+from .._memory_desc import MemoryDesc
+from .._pool_norm_desc import (
+    BatchNormInferenceDesc,
+    GroupNormDesc,
+    LayerNormDesc,
+    PoolingDesc,
+    RMSNormDesc,
+)
+from .._primitive_desc import BinaryDesc, EltwiseDesc
+from .._reduction_desc import ReductionDesc, SoftmaxDesc
+from .._reorder_desc import ReorderDesc
+from .._sum_concat_desc import ConcatDesc
+from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
+from ._op import Op
+
+
+@attrs.frozen
+class View:
+    slot: int
+    desc: MemoryDesc
+
+
+@attrs.frozen
+class Slot:
+    """A buffer: ``("input", port index)``, ``("output", port index)`` or ``("temp", bytes)``."""
+
+    role: str
+    index: int
+    nbytes: int = 0
+
+
+@attrs.frozen
+class Step:
+    desc: object
+    args: tuple[tuple[str, View], ...]
+    op_id: int
+
+
+@attrs.define
+class Plan:
+    slots: list[Slot] = attrs.field(factory=list)
+    steps: list[Step] = attrs.field(factory=list)
+
+
+def _row_major(desc: MemoryDesc) -> bool:
+    return desc.strides == dense_strides(desc.dims)
+
+
+def _dims(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape) or (1,)
+
+
+class Builder:
+    """Turns ops (shapes already inferred) into a Plan."""
+
+    def __init__(self, inputs: list[LogicalTensor], outputs: list[LogicalTensor]):
+        self.plan = Plan()
+        self.views: dict[int, View] = {}
+        self.tensors: dict[int, LogicalTensor] = {}
+        self.output_slots: dict[int, View] = {}
+        for i, lt in enumerate(inputs):
+            slot = self._slot(Slot("input", i, lt.nbytes))
+            self.views[lt.id] = View(slot, lt.memory_desc())
+            self.tensors[lt.id] = lt
+        for i, lt in enumerate(outputs):
+            if lt.id in self.views:
+                continue  # an input passed straight through is already bound
+            slot = self._slot(Slot("output", i, lt.nbytes))
+            self.output_slots[lt.id] = View(slot, lt.memory_desc())
+
+    def _slot(self, slot: Slot) -> int:
+        self.plan.slots.append(slot)
+        return len(self.plan.slots) - 1
+
+    def temp(self, desc: MemoryDesc) -> View:
+        return View(self._slot(Slot("temp", -1, desc.nbytes)), desc)
+
+    # -- tensors ----------------------------------------------------------------------------
+
+    def view(self, lt: LogicalTensor) -> View:
+        return self.views[lt.id]
+
+    def is_port(self, lt: LogicalTensor) -> bool:
+        return lt.id in self.output_slots
+
+    def output(self, lt: LogicalTensor) -> View:
+        """Where ``lt`` is written: its output port, or a new dense temporary."""
+        view = self.output_slots.get(lt.id)
+        if view is None:
+            view = self.temp(MemoryDesc(_dims(lt.shape), storage_dtype(lt.dtype)))
+        self.views[lt.id] = view
+        self.tensors[lt.id] = lt
+        return view
+
+    def alias(self, lt: LogicalTensor, view: View) -> None:
+        """``lt`` is ``view``: no step; a port still gets a copy."""
+        self.tensors[lt.id] = lt
+        if lt.id in self.output_slots:
+            self.copy(view, self.output(lt))
+        else:
+            self.views[lt.id] = view
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def copy(self, src: View, dst: View, op_id: int = -1) -> None:
+        self.plan.steps.append(Step(ReorderDesc(src.desc, dst.desc), (("src", src), ("dst", dst)), op_id))
+
+    def run(self, op: Op, make: Callable[..., object], inputs: dict[str, View], outputs: dict[str, View]) -> None:
+        """One primitive, ``make(**descs)``; through f32 temporaries when the kernel refuses the
+        data types as they are."""
+        named = {**inputs, **outputs}
+        desc = make(**{name: view.desc for name, view in named.items()})
+        try:
+            desc.check_supported()
+        except UnsupportedError:
+            if all(view.desc.dtype == "f32" for view in named.values()):
+                raise
+        else:
+            self.plan.steps.append(Step(desc, tuple(named.items()), op.id))
+            return
+        converted: dict[str, View] = {}
+        for name, view in inputs.items():
+            if view.desc.dtype == "f32":
+                converted[name] = view
+            else:
+                temp = self.temp(MemoryDesc(view.desc.dims, "f32"))
+                self.copy(view, temp, op.id)
+                converted[name] = temp
+        after = []
+        for name, view in outputs.items():
+            if view.desc.dtype == "f32":
+                converted[name] = view
+            else:
+                temp = self.temp(MemoryDesc(view.desc.dims, "f32"))
+                converted[name] = temp
+                after.append((temp, view))
+        desc = make(**{name: view.desc for name, view in converted.items()})
+        desc.check_supported()
+        self.plan.steps.append(Step(desc, tuple(converted.items()), op.id))
+        for temp, view in after:
+            self.copy(temp, view, op.id)
+
+    def lower(self, op: Op) -> None:
+        LOWERINGS[op.kind](self, op)
+
+
+def reshaped(view: View, dims: tuple[int, ...]) -> View | None:
+    """``view`` read with ``dims`` (same element count), when its layout allows it without a copy."""
+    desc = view.desc
+    if _row_major(desc):
+        return View(view.slot, MemoryDesc(dims, desc.dtype))
+    return None
+
+
+def permuted(view: View, order: tuple[int, ...]) -> View:
+    desc = view.desc
+    return View(view.slot, MemoryDesc(tuple(desc.dims[i] for i in order), desc.dtype,
+                                      tuple(desc.strides[i] for i in order)))
+
+
+def _dense(b: Builder, op: Op, view: View) -> View:
+    """``view`` as a row-major buffer, copying when it is not one."""
+    if _row_major(view.desc):
+        return view
+    temp = b.temp(MemoryDesc(view.desc.dims, view.desc.dtype))
+    b.copy(view, temp, op.id)
+    return temp
+
+
+def _as_dims(b: Builder, op: Op, view: View, dims: tuple[int, ...]) -> View:
+    return reshaped(_dense(b, op, view), dims)
+
+
+# -- eltwise and binary ----------------------------------------------------------------------
+
+_UNARY = {
+    "Abs": lambda a: ("abs", None, None),
+    "Clamp": lambda a: ("clip", a["min"], a["max"]),
+    "Elu": lambda a: ("elu", a["alpha"], None),
+    "Exp": lambda a: ("exp", None, None),
+    "GELU": lambda a: ("gelu_tanh" if a.get("mode", "gelu_erf") == "gelu_tanh" else "gelu_erf", None, None),
+    "HardSigmoid": lambda a: ("hardsigmoid", a.get("alpha"), a.get("beta")),
+    "HardSwish": lambda a: ("hardswish", None, None),
+    "LeakyReLU": lambda a: ("relu", a["alpha"], None),
+    "Log": lambda a: ("log", None, None),
+    "Mish": lambda a: ("mish", None, None),
+    "Pow": lambda a: ("pow", 1.0, a["beta"]),
+    "Reciprocal": lambda a: ("pow", 1.0, -1.0),
+    "ReLU": lambda a: ("relu", 0.0, None),
+    "Round": lambda a: ("round", None, None),
+    "Sigmoid": lambda a: ("sigmoid", None, None),
+    "SoftPlus": lambda a: ("soft_relu", a.get("beta", 1.0), None),
+    "Sqrt": lambda a: ("sqrt", None, None),
+    "Square": lambda a: ("square", None, None),
+    "Tanh": lambda a: ("tanh", None, None),
+}
+
+_BINARY = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div", "Maximum": "max",
+           "Minimum": "min", "GreaterEqual": "ge", "Greater": "gt", "LessEqual": "le", "Less": "lt",
+           "Equal": "eq", "NotEqual": "ne"}
+
+
+def _lower_unary(b: Builder, op: Op) -> None:
+    alg, alpha, beta = _UNARY[op.kind](op.attrs)
+    kwargs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
+    b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, **kwargs),
+          {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+
+
+def _lower_binary(b: Builder, op: Op) -> None:
+    alg = _BINARY[op.kind]
+    b.run(op, lambda src0, src1, dst: BinaryDesc(alg, src0, src1, dst),
+          {"src0": b.view(op.inputs[0]), "src1": b.view(op.inputs[1])},
+          {"dst": b.output(op.outputs[0])})
+
+
+def _lower_select(b: Builder, op: Op) -> None:
+    cond, then, otherwise = (b.view(lt) for lt in op.inputs)
+    b.run(op, lambda src0, src1, src2, dst: BinaryDesc("select", src0, src1, dst, src2=src2),
+          {"src0": then, "src1": otherwise, "src2": cond}, {"dst": b.output(op.outputs[0])})
+
+
+def _lower_bias_add(b: Builder, op: Op) -> None:
+    src, bias = b.view(op.inputs[0]), b.view(op.inputs[1])
+    ndims = len(op.inputs[0].shape)
+    if op.attrs.get("data_format", "NXC") == "NCX" and ndims > 2:
+        c = bias.desc.dims[0]
+        bias = View(bias.slot, MemoryDesc((c,) + (1,) * (ndims - 2), bias.desc.dtype,
+                                          (bias.desc.strides[0],) + (1,) * (ndims - 2)))
+    b.run(op, lambda src0, src1, dst: BinaryDesc("add", src0, src1, dst),
+          {"src0": src, "src1": bias}, {"dst": b.output(op.outputs[0])})
+
+
+# -- matmul ------------------------------------------------------------------------------------
+
+
+def _lower_matmul(b: Builder, op: Op) -> None:
+    a, w = b.view(op.inputs[0]), b.view(op.inputs[1])
+    if op.attrs.get("transpose_a") and a.desc.ndims >= 2:
+        a = permuted(a, tuple(range(a.desc.ndims - 2)) + (a.desc.ndims - 1, a.desc.ndims - 2))
+    if op.attrs.get("transpose_b") and w.desc.ndims >= 2:
+        w = permuted(w, tuple(range(w.desc.ndims - 2)) + (w.desc.ndims - 1, w.desc.ndims - 2))
+    a_vector, w_vector = len(op.inputs[0].shape) == 1, len(op.inputs[1].shape) == 1
+    if a_vector:
+        a = View(a.slot, MemoryDesc((1, a.desc.dims[0]), a.desc.dtype, (a.desc.strides[0], a.desc.strides[0])))
+    if w_vector:
+        w = View(w.slot, MemoryDesc((w.desc.dims[0], 1), w.desc.dtype, (w.desc.strides[0], w.desc.strides[0])))
+    dst = b.output(op.outputs[0])
+    full = tuple(_batch(a.desc.dims[:-2], w.desc.dims[:-2])) + (a.desc.dims[-2], w.desc.dims[-1])
+    if dst.desc.dims != full:
+        dst = _as_dims(b, op, dst, full) if _row_major(dst.desc) else None
+        if dst is None:
+            raise UnsupportedError(f"MatMul {op.id}: a strided output of a vector product")
+    inputs = {"src": a, "weights": w}
+    if len(op.inputs) > 2:
+        inputs["bias"] = b.view(op.inputs[2])
+    b.run(op, lambda src, weights, dst, bias=None: MatmulDesc(src, weights, dst, bias), inputs, {"dst": dst})
+
+
+def _batch(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    return tuple(max(p, q) for p, q in zip(x, y))
+
+
+# -- convolution, pooling ----------------------------------------------------------------------
+
+
+def _channels_first(view: View) -> View:
+    """An NXC view as NCX: (N, spatial..., C) -> (N, C, spatial...)."""
+    n = view.desc.ndims
+    return permuted(view, (0, n - 1) + tuple(range(1, n - 1)))
+
+
+def _weights_oix(view: View, fmt: str) -> View:
+    n = view.desc.ndims
+    if fmt == "OIX":
+        return view
+    if fmt == "XIO":  # (spatial..., I, O) -> (O, I, spatial...)
+        return permuted(view, (n - 1, n - 2) + tuple(range(n - 2)))
+    if fmt == "XOI":
+        return permuted(view, (n - 2, n - 1) + tuple(range(n - 2)))
+    if fmt == "IOX":
+        return permuted(view, (1, 0) + tuple(range(2, n)))
+    raise UnsupportedError(f"weights_format {fmt!r}")
+
+
+def _pads(attrs_: dict, in_sizes, kernel, strides, dilations, out_sizes):
+    """(pads_begin, pads_end) as the lowering needs them: auto_pad resolved, and the end
+    padding grown where the output size was rounded up (``rounding_type`` ceil)."""
+    auto = attrs_.get("auto_pad", "None")
+    nsp = len(in_sizes)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for i in range(nsp):
+            eff = (kernel[i] - 1) * dilations[i] + 1
+            total = max((math.ceil(in_sizes[i] / strides[i]) - 1) * strides[i] + eff - in_sizes[i], 0)
+            lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+            begin.append(lo)
+            end.append(total - lo)
+    elif auto == "VALID":
+        begin, end = [0] * nsp, [0] * nsp
+    else:
+        begin = list(attrs_.get("pads_begin", [0] * nsp))
+        end = list(attrs_.get("pads_end", [0] * nsp))
+    for i in range(nsp):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        need = (out_sizes[i] - 1) * strides[i] + eff - in_sizes[i] - begin[i]
+        end[i] = max(end[i], need)
+    return tuple(begin), tuple(end)
+
+
+def _lower_convolution(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, wei = b.view(op.inputs[0]), b.view(op.inputs[1])
+    dst = b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    wei = _weights_oix(wei, a.get("weights_format", "XIO"))
+    nsp = src.desc.ndims - 2
+    kernel = wei.desc.dims[2:]
+    strides = tuple(a.get("strides", [1] * nsp))
+    dilations = tuple(a.get("dilations", [1] * nsp))
+    begin, end = _pads(a, src.desc.dims[2:], kernel, strides, dilations, dst.desc.dims[2:])
+    inputs = {"src": src, "weights": wei}
+    if len(op.inputs) > 2:
+        inputs["bias"] = b.view(op.inputs[2])
+    groups = a.get("groups", 1)
+
+    def make(src, weights, dst, bias=None):
+        return ConvolutionDesc(src, weights, dst, bias, strides=strides, padding_l=begin,
+                               padding_r=end, dilation=dilations, groups=groups)
+
+    b.run(op, make, inputs, {"dst": dst})
+
+
+def _lower_pool(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    nsp = src.desc.ndims - 2
+    kernel = tuple(a["kernel"])
+    strides = tuple(a.get("strides", [1] * nsp))
+    dilations = tuple(a.get("dilations", [1] * nsp)) if op.kind == "MaxPool" else (1,) * nsp
+    begin, end = _pads(a, src.desc.dims[2:], kernel, strides, dilations, dst.desc.dims[2:])
+    if op.kind == "MaxPool":
+        alg = "max"
+    else:
+        alg = "avg_exclude_padding" if a.get("exclude_pad", False) else "avg_include_padding"
+    b.run(op, lambda src, dst: PoolingDesc(alg, src, dst, kernel=kernel, strides=strides,
+                                           padding_l=begin, padding_r=end, dilation=dilations),
+          {"src": src}, {"dst": dst})
+
+
+# -- softmax, normalization, reduction -------------------------------------------------------------
+
+
+def _lower_softmax(b: Builder, op: Op) -> None:
+    alg = "logsoftmax" if op.kind == "LogSoftmax" else "softmax"
+    axis = op.attrs.get("axis", 1)
+    b.run(op, lambda src, dst: SoftmaxDesc(alg, src, dst, axis),
+          {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+
+
+def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
+    """Views with the normalised dims collapsed into the last one when they are several."""
+    shape = op.inputs[0].shape
+    begin = begin_axis % len(shape)
+    if begin == len(shape) - 1:
+        return views
+    outer, inner = math.prod(shape[:begin]), math.prod(shape[begin:])
+    out = {}
+    for name, view in views.items():
+        if name in ("src", "dst"):
+            out[name] = _as_dims(b, op, view, (outer, inner)) if name == "src" or _row_major(view.desc) else None
+            if out[name] is None:
+                raise UnsupportedError(f"{op.kind} {op.id}: a strided dst over several normalised dims")
+        elif name in ("mean", "variance"):
+            out[name] = _as_dims(b, op, view, (outer,))
+        else:
+            out[name] = _as_dims(b, op, view, (inner,))
+    return out
+
+
+def _lower_layer_norm(b: Builder, op: Op) -> None:
+    a = op.attrs
+    inputs = {"src": b.view(op.inputs[0])}
+    if a.get("use_affine", True) and len(op.inputs) >= 3:
+        inputs["scale"], inputs["shift"] = b.view(op.inputs[1]), b.view(op.inputs[2])
+    outputs = {"dst": b.output(op.outputs[0])}
+    if a.get("keep_stats", True) and len(op.outputs) >= 3:
+        outputs["mean"], outputs["variance"] = b.output(op.outputs[1]), b.output(op.outputs[2])
+    views = _norm_views(b, op, a.get("begin_norm_axis", -1), {**inputs, **outputs})
+    eps = a.get("epsilon", 1e-5)
+    b.run(op, lambda src, dst, scale=None, shift=None, mean=None, variance=None: LayerNormDesc(
+        src, dst, -1, eps, scale, shift, mean, variance),
+        {k: views[k] for k in inputs}, {k: views[k] for k in outputs})
+
+
+def _lower_rms_norm(b: Builder, op: Op) -> None:
+    a = op.attrs
+    inputs = {"src": b.view(op.inputs[0])}
+    if a.get("use_affine", True) and len(op.inputs) >= 2:
+        inputs["scale"] = b.view(op.inputs[1])
+    outputs = {"dst": b.output(op.outputs[0])}
+    views = _norm_views(b, op, a.get("begin_norm_axis", -1), {**inputs, **outputs})
+    eps = a.get("epsilon", 1e-5)
+    b.run(op, lambda src, dst, scale=None: RMSNormDesc(src, dst, eps, scale),
+          {k: views[k] for k in inputs}, {k: views[k] for k in outputs})
+
+
+def _lower_batch_norm(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, gamma, beta, mean, var = (b.view(lt) for lt in op.inputs[:5])
+    dst = b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    eps = a.get("epsilon", 1e-5)
+    b.run(op, lambda src, dst, mean, variance, scale, shift: BatchNormInferenceDesc(
+        src, mean, variance, dst, eps, scale, shift),
+        {"src": src, "mean": mean, "variance": var, "scale": gamma, "shift": beta}, {"dst": dst})
+
+
+def _lower_group_norm(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    inputs = {"src": src}
+    if a.get("use_affine", True) and len(op.inputs) >= 3:
+        inputs["scale"], inputs["shift"] = b.view(op.inputs[1]), b.view(op.inputs[2])
+    eps, groups = a.get("epsilon", 1e-5), a["groups"]
+    b.run(op, lambda src, dst, scale=None, shift=None: GroupNormDesc(src, groups, dst, eps, scale, shift),
+          inputs, {"dst": dst})
+
+
+_REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+           "ReduceProd": "mul", "ReduceL1": "l1", "ReduceL2": "l2"}
+
+
+def _lower_reduce(b: Builder, op: Op) -> None:
+    src = b.view(op.inputs[0])
+    dst = b.output(op.outputs[0])
+    ndims = src.desc.ndims
+    axes = sorted({x % ndims for x in op.attrs.get("axes", [])})
+    keep_dims = [1 if i in axes else d for i, d in enumerate(src.desc.dims)]
+    if not op.attrs.get("keep_dims", False):
+        # Insert the reduced dims back as 1s: a size-1 dim may take any stride.
+        strides, it = [], iter(dst.desc.strides if op.outputs[0].shape else ())
+        for i in range(ndims):
+            strides.append(1 if i in axes else next(it))
+        dst = View(dst.slot, MemoryDesc(tuple(keep_dims), dst.desc.dtype, tuple(strides)))
+    alg = _REDUCE[op.kind]
+    b.run(op, lambda src, dst: ReductionDesc(alg, src, dst), {"src": src}, {"dst": dst})
+
+
+# -- data movement ---------------------------------------------------------------------------
+
+
+def _lower_reorder(b: Builder, op: Op) -> None:
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    b.copy(src, dst, op.id)
+
+
+def _lower_reshape(b: Builder, op: Op) -> None:
+    out = op.outputs[0]
+    src = b.view(op.inputs[0])
+    view = reshaped(src, _dims(out.shape))
+    if view is None:
+        view = reshaped(_dense(b, op, src), _dims(out.shape))
+    b.alias(out, view)
+
+
+def _lower_transpose(b: Builder, op: Op) -> None:
+    src = b.view(op.inputs[0])
+    ndims = src.desc.ndims
+    order = tuple(o % ndims for o in op.attrs["order"]) if op.attrs.get("order") else tuple(reversed(range(ndims)))
+    b.alias(op.outputs[0], permuted(src, order))
+
+
+def _lower_concat(b: Builder, op: Op) -> None:
+    srcs = [b.view(lt) for lt in op.inputs]
+    axis = op.attrs["axis"]
+    names = [f"src{i}" for i in range(len(srcs))]
+
+    def make(dst, **descs):
+        return ConcatDesc(tuple(descs[n] for n in names), axis, dst)
+
+    b.run(op, make, dict(zip(names, srcs)), {"dst": b.output(op.outputs[0])})
+
+
+def _lower_gen_index(b: Builder, op: Op) -> None:
+    axis = op.attrs["axis"]
+    b.run(op, lambda dst: GenIndexDesc(dst, axis), {}, {"dst": b.output(op.outputs[0])})
+
+
+LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
+    **{kind: _lower_unary for kind in _UNARY},
+    **{kind: _lower_binary for kind in _BINARY},
+    "Select": _lower_select,
+    "BiasAdd": _lower_bias_add,
+    "MatMul": _lower_matmul,
+    "Convolution": _lower_convolution,
+    "MaxPool": _lower_pool,
+    "AvgPool": _lower_pool,
+    "SoftMax": _lower_softmax,
+    "LogSoftmax": _lower_softmax,
+    "LayerNorm": _lower_layer_norm,
+    "RMSNorm": _lower_rms_norm,
+    "BatchNormInference": _lower_batch_norm,
+    "GroupNorm": _lower_group_norm,
+    **{kind: _lower_reduce for kind in _REDUCE},
+    "Reorder": _lower_reorder,
+    "TypeCast": _lower_reorder,
+    "StaticReshape": _lower_reshape,
+    "StaticTranspose": _lower_transpose,
+    "Concat": _lower_concat,
+    "GenIndex": _lower_gen_index,
+}
+
+
+def is_supported(op: Op) -> bool:
+    return op.kind in LOWERINGS

@@ -1,0 +1,441 @@
+"""oneDNN Graph op schemas: the op kinds triodnn knows, their arity and attributes.
+
+Facts follow oneDNN's ``src/graph/interface/op_def.hpp`` (``DNNL_GRAPH_OP_SCHEMA``, attribute
+names, kinds, defaults and allowed values), ``op_def_constraint.cpp`` (cross-attribute checks:
+non-negative pads, MaxPool dilations as long as the kernel, LayerNorm's ``keep_stats`` needing
+three outputs, Reduce's axes given either as the attribute or as the second input) and the
+operation pages under ``doc/graph/operations``. Only forward ops are described.
+
+Attributes are Python values after ``check_op``: ``bool``, ``int``, ``float``, ``str``,
+``list[int]``, ``list[float]``. Serialized graphs write booleans as 0/1 and may write an f32 as a
+JSON integer, so both are accepted; ``{"type": ..., "value": ...}`` (the JSON attribute form) is
+accepted too, and its declared type must match the schema's. f32 values are rounded to float32
+(oneDNN stores them so), which keeps ``epsilon=1e-5`` the same number everywhere downstream.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from collections.abc import Mapping
+
+import attrs
+import numpy as np
+
+from .._errors import InvalidGraphError
+
+ATTR_TYPES = ("bool", "s64", "s64[]", "f32", "f32[]", "string")
+
+# Upper bound of a variadic arity (Wildcard's "any number"): compares like an int.
+UNBOUNDED = sys.maxsize
+
+
+@attrs.frozen(slots=True)
+class AttrSpec:
+    """One attribute of an op kind.
+
+    ``default`` is the normalised value filled in when the attribute is absent; ``None`` means
+    the attribute stays absent (a required attribute, or one whose absence means something, like
+    Reduce's ``axes``). List defaults are stored as tuples and handed out as fresh lists.
+    ``choices`` restricts strings; ``minimum`` bounds every number of an s64/s64[]/f32 value.
+    """
+
+    name: str
+    type: str = attrs.field(validator=attrs.validators.in_(ATTR_TYPES))
+    required: bool = False
+    default: object = None
+    choices: tuple[str, ...] | None = None
+    minimum: int | float | None = None
+
+
+def _attr_map(specs) -> dict[str, AttrSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+@attrs.frozen(slots=True, eq=False)
+class OpSchema:
+    """What an op kind accepts: arity ``(min, max)`` of inputs and outputs (``UNBOUNDED`` for no
+    limit), its attributes, the names oneDNN gives its inputs/outputs, and how it lowers.
+
+    ``category`` groups kinds by lowering: ``eltwise`` (one input, elementwise), ``binary``
+    (two inputs, broadcasting), ``select``, ``matmul``, ``convolution``, ``pooling``, ``norm``,
+    ``softmax``, ``reduction``, ``reshape`` (data movement: reshape, transpose, concat, reorder,
+    typecast), ``bias``, ``index`` and ``special`` (Wildcard, End). ``algorithm`` is the name of
+    the matching algorithm of ``triodnn.kernels`` (eltwise alg, binary alg, reduction alg,
+    pooling alg) where there is one; attribute-dependent eltwise parameters come from
+    ``triodnn.graph._reference.eltwise_parameters``.
+    """
+
+    kind: str
+    num_inputs: tuple[int, int]
+    num_outputs: tuple[int, int]
+    attrs: dict[str, AttrSpec] = attrs.field(factory=dict)
+    category: str = "special"
+    algorithm: str | None = None
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ("dst",)
+    any_attrs: bool = False  # Wildcard: every attribute is accepted as given
+
+    @property
+    def unary_elementwise(self) -> bool:
+        return self.category == "eltwise"
+
+    @property
+    def binary(self) -> bool:
+        return self.category == "binary"
+
+
+# -- attribute vocabularies (op_def.hpp) --------------------------------------------------------
+
+DATA_FORMATS = ("NXC", "NCX")
+CONV_WEIGHTS_FORMATS = ("XIO", "OIX")
+AUTO_PADS = ("None", "SAME_UPPER", "SAME_LOWER", "VALID")
+AUTO_BROADCASTS = ("none", "numpy")
+ROUNDING_TYPES = ("floor", "ceil")
+GELU_MODES = ("gelu_erf", "gelu_tanh")
+SOFTMAX_MODES = ("none", "inf_as_zero")
+# Op-level accumulation mode (oneDNN's graph RFC "accumulation mode on op level", the values of
+# dnnl::accumulation_mode); set on MatMul and Convolution by recent serialized graphs.
+ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
+
+
+def _auto_broadcast() -> AttrSpec:
+    return AttrSpec("auto_broadcast", "string", default="numpy", choices=AUTO_BROADCASTS)
+
+
+def _data_format() -> AttrSpec:
+    return AttrSpec("data_format", "string", default="NXC", choices=DATA_FORMATS)
+
+
+def _accumulation_mode() -> AttrSpec:
+    return AttrSpec("accumulation_mode", "string", default="strict", choices=ACCUMULATION_MODES)
+
+
+def _eltwise(kind: str, algorithm: str, *specs: AttrSpec) -> OpSchema:
+    return OpSchema(kind, (1, 1), (1, 1), _attr_map(specs), "eltwise", algorithm, ("src",))
+
+
+def _binary(kind: str, algorithm: str) -> OpSchema:
+    return OpSchema(kind, (2, 2), (1, 1), _attr_map([_auto_broadcast()]), "binary", algorithm,
+                    ("src_0", "src_1"))
+
+
+def _reduce(kind: str, algorithm: str) -> OpSchema:
+    # oneDNN's default for axes is an empty list, but an axes attribute the user did not set
+    # means "the axes come as input 1"; absent (None) keeps that distinction.
+    return OpSchema(
+        kind, (1, 2), (1, 1),
+        _attr_map([AttrSpec("axes", "s64[]"), AttrSpec("keep_dims", "bool", default=False)]),
+        "reduction", algorithm, ("src", "axes"),
+    )
+
+
+def _pool(kind: str, algorithm: str | None) -> OpSchema:
+    specs = [
+        AttrSpec("strides", "s64[]", required=True, minimum=1),
+        AttrSpec("kernel", "s64[]", required=True, minimum=1),
+        AttrSpec("pads_begin", "s64[]", required=True, minimum=0),
+        AttrSpec("pads_end", "s64[]", required=True, minimum=0),
+        _data_format(),
+        AttrSpec("rounding_type", "string", default="floor", choices=ROUNDING_TYPES),
+        AttrSpec("auto_pad", "string", default="None", choices=AUTO_PADS),
+    ]
+    if kind == "MaxPool":
+        # Default: ones, as many as kernel entries (oneDNN: a vector of ones, see check_op).
+        specs.append(AttrSpec("dilations", "s64[]", minimum=1))
+    else:
+        specs.append(AttrSpec("exclude_pad", "bool", required=True))
+    return OpSchema(kind, (1, 1), (1, 1), _attr_map(specs), "pooling", algorithm, ("src",))
+
+
+def _schemas() -> dict[str, OpSchema]:
+    conv_attrs = [
+        AttrSpec("strides", "s64[]", required=True, minimum=1),
+        AttrSpec("pads_begin", "s64[]", required=True, minimum=0),
+        AttrSpec("pads_end", "s64[]", required=True, minimum=0),
+        AttrSpec("dilations", "s64[]", required=True, minimum=1),
+        AttrSpec("auto_pad", "string", default="None", choices=AUTO_PADS),
+        AttrSpec("groups", "s64", default=1, minimum=1),
+        _data_format(),
+        AttrSpec("weights_format", "string", default="XIO", choices=CONV_WEIGHTS_FORMATS),
+        _accumulation_mode(),
+    ]
+    schemas = [
+        OpSchema("MatMul", (2, 3), (1, 1), _attr_map([
+            AttrSpec("transpose_a", "bool", default=False),
+            AttrSpec("transpose_b", "bool", default=False),
+            _accumulation_mode(),
+        ]), "matmul", None, ("src", "weights", "bias")),
+        OpSchema("Convolution", (2, 3), (1, 1), _attr_map(conv_attrs), "convolution", None,
+                 ("src", "weights", "bias")),
+        OpSchema("BiasAdd", (2, 2), (1, 1), _attr_map([_data_format()]), "bias", "add",
+                 ("src", "bias")),
+        _binary("Add", "add"),
+        _binary("Subtract", "sub"),
+        _binary("Multiply", "mul"),
+        _binary("Divide", "div"),
+        _binary("Maximum", "max"),
+        _binary("Minimum", "min"),
+        _binary("SquaredDifference", "squared_difference"),
+        _binary("GreaterEqual", "ge"),
+        OpSchema("Select", (3, 3), (1, 1), _attr_map([_auto_broadcast()]), "select", "select",
+                 ("cond", "src_0", "src_1")),
+        _eltwise("ReLU", "relu"),
+        _eltwise("GELU", "gelu_erf",
+                 AttrSpec("mode", "string", default="gelu_erf", choices=GELU_MODES)),
+        _eltwise("Sigmoid", "sigmoid"),
+        _eltwise("Tanh", "tanh"),
+        _eltwise("Exp", "exp"),
+        _eltwise("Log", "log"),
+        _eltwise("Sqrt", "sqrt"),
+        _eltwise("Square", "square"),
+        _eltwise("Abs", "abs"),
+        _eltwise("Clamp", "clip", AttrSpec("min", "f32", required=True),
+                 AttrSpec("max", "f32", required=True)),
+        _eltwise("Elu", "elu", AttrSpec("alpha", "f32", required=True)),
+        _eltwise("LeakyReLU", "leaky_relu", AttrSpec("alpha", "f32", required=True)),
+        _eltwise("HardSwish", "hardswish"),
+        _eltwise("HardSigmoid", "hardsigmoid", AttrSpec("alpha", "f32", required=True),
+                 AttrSpec("beta", "f32", required=True)),
+        _eltwise("Mish", "mish"),
+        _eltwise("SoftPlus", "soft_relu", AttrSpec("beta", "f32", default=1.0)),
+        _eltwise("Pow", "pow", AttrSpec("beta", "f32", required=True)),
+        _eltwise("Round", "round"),
+        _eltwise("Reciprocal", "reciprocal"),
+        # SoftMax's optional second output is the row statistic max + log(sum(exp(x - max))).
+        OpSchema("SoftMax", (1, 1), (1, 2), _attr_map([
+            AttrSpec("axis", "s64", default=1),
+            AttrSpec("mode", "string", default="none", choices=SOFTMAX_MODES),
+        ]), "softmax", "softmax", ("src",), ("dst", "stats")),
+        OpSchema("LogSoftmax", (1, 1), (1, 1), _attr_map([AttrSpec("axis", "s64", default=-1)]),
+                 "softmax", "logsoftmax", ("src",)),
+        OpSchema("LayerNorm", (1, 3), (1, 3), _attr_map([
+            AttrSpec("keep_stats", "bool", default=True),
+            AttrSpec("begin_norm_axis", "s64", default=-1),
+            AttrSpec("use_affine", "bool", default=True),
+            AttrSpec("epsilon", "f32", default=1e-5, minimum=0.0),
+        ]), "norm", "layer_normalization", ("src", "gamma", "beta"), ("dst", "mean", "variance")),
+        # oneDNN's op_def gives RMSNorm one output; its doc page lists an optional ``rrms``
+        # (1 / sqrt(mean(x^2) + eps), shaped like LayerNorm's statistics), accepted here.
+        OpSchema("RMSNorm", (1, 2), (1, 2), _attr_map([
+            AttrSpec("begin_norm_axis", "s64", default=-1),
+            AttrSpec("epsilon", "f32", default=1e-5, minimum=0.0),
+        ]), "norm", "rms_normalization", ("src", "gamma"), ("dst", "rrms")),
+        OpSchema("BatchNormInference", (5, 5), (1, 1), _attr_map([
+            AttrSpec("epsilon", "f32", required=True, minimum=0.0),
+            _data_format(),
+        ]), "norm", "batch_normalization", ("src", "gamma", "beta", "mean", "variance")),
+        _pool("MaxPool", "max"),
+        _pool("AvgPool", None),  # avg_include_padding or avg_exclude_padding by exclude_pad
+        OpSchema("Reorder", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
+        OpSchema("TypeCast", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
+        OpSchema("StaticReshape", (1, 1), (1, 1), _attr_map([
+            AttrSpec("shape", "s64[]", required=True, minimum=-1),
+            AttrSpec("special_zero", "bool", required=True),
+        ]), "reshape", None, ("src",)),
+        OpSchema("StaticTranspose", (1, 1), (1, 1), _attr_map([
+            AttrSpec("order", "s64[]", required=True),
+        ]), "reshape", None, ("src",)),
+        OpSchema("Concat", (1, 64), (1, 1), _attr_map([AttrSpec("axis", "s64", required=True)]),
+                 "reshape", None, ("src_i",)),
+        OpSchema("GenIndex", (1, 1), (1, 1), _attr_map([AttrSpec("axis", "s64", required=True)]),
+                 "index", None, ("src",)),
+        _reduce("ReduceSum", "sum"),
+        _reduce("ReduceMean", "mean"),
+        _reduce("ReduceMax", "max"),
+        _reduce("ReduceMin", "min"),
+        _reduce("ReduceProd", "mul"),
+        _reduce("ReduceL1", "l1"),
+        _reduce("ReduceL2", "l2"),
+        OpSchema("Wildcard", (0, UNBOUNDED), (0, UNBOUNDED), {}, "special", None, ("src",),
+                 any_attrs=True),
+        OpSchema("End", (1, 1), (0, 0), {}, "special", None, ("src",), ()),
+    ]
+    return {schema.kind: schema for schema in schemas}
+
+
+OP_SCHEMAS: dict[str, OpSchema] = _schemas()
+
+
+# -- checking -------------------------------------------------------------------------------
+
+
+def _fail(kind: str, message: str) -> InvalidGraphError:
+    return InvalidGraphError(f"{kind}: {message}")
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _as_list(kind: str, spec: AttrSpec, value) -> list:
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise _fail(kind, f"attribute {spec.name!r} must be a {spec.type} list, got {value!r}")
+    return list(value.tolist() if isinstance(value, np.ndarray) else value)
+
+
+def _check_minimum(kind: str, spec: AttrSpec, numbers_) -> None:
+    if spec.minimum is None:
+        return
+    for number in numbers_:
+        if not number >= spec.minimum:  # NaN fails too
+            raise _fail(kind, f"attribute {spec.name!r} value {number!r} is below the minimum "
+                              f"{spec.minimum!r} (given {numbers_ if len(numbers_) > 1 else number!r})")
+
+
+def _normalise_value(kind: str, spec: AttrSpec, value):
+    """``value`` as the Python type of ``spec.type``, or InvalidGraphError naming the problem."""
+    if isinstance(value, Mapping) and set(value) == {"type", "value"}:
+        if value["type"] != spec.type:
+            raise _fail(kind, f"attribute {spec.name!r} is declared {value['type']!r} in the "
+                              f"serialized form, the schema says {spec.type!r}")
+        value = value["value"]
+    if spec.type == "bool":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if _is_integer(value) and int(value) in (0, 1):  # JSON writes bools as 0/1
+            return bool(value)
+        raise _fail(kind, f"attribute {spec.name!r} must be a bool (or 0/1), got {value!r}")
+    if spec.type == "s64":
+        if not _is_integer(value):
+            raise _fail(kind, f"attribute {spec.name!r} must be an s64 integer, got {value!r}")
+        number = int(value)
+        _check_minimum(kind, spec, [number])
+        return number
+    if spec.type == "f32":
+        if not _is_number(value):
+            raise _fail(kind, f"attribute {spec.name!r} must be an f32 number, got {value!r}")
+        number = float(np.float32(value))
+        _check_minimum(kind, spec, [number])
+        return number
+    if spec.type == "string":
+        if not isinstance(value, str):
+            raise _fail(kind, f"attribute {spec.name!r} must be a string, got {value!r}")
+        if spec.choices is not None and value not in spec.choices:
+            raise _fail(kind, f"attribute {spec.name!r} value {value!r} is not one of "
+                              f"{', '.join(repr(c) for c in spec.choices)}")
+        return value
+    items = _as_list(kind, spec, value)
+    if spec.type == "s64[]":
+        if not all(_is_integer(v) for v in items):
+            raise _fail(kind, f"attribute {spec.name!r} must be a list of s64 integers, got {value!r}")
+        numbers_ = [int(v) for v in items]
+    else:  # f32[]
+        if not all(_is_number(v) for v in items):
+            raise _fail(kind, f"attribute {spec.name!r} must be a list of f32 numbers, got {value!r}")
+        numbers_ = [float(np.float32(v)) for v in items]
+    _check_minimum(kind, spec, numbers_)
+    return numbers_
+
+
+def _default(spec: AttrSpec):
+    return list(spec.default) if isinstance(spec.default, tuple) else spec.default
+
+
+def schema_of(kind: str) -> OpSchema:
+    """The schema of ``kind``, or InvalidGraphError listing the known kinds."""
+    try:
+        return OP_SCHEMAS[kind]
+    except (KeyError, TypeError):
+        raise InvalidGraphError(
+            f"unknown op kind {kind!r}; known kinds: {', '.join(sorted(OP_SCHEMAS))}"
+        ) from None
+
+
+def normalize_attrs(kind: str, attrs_: Mapping) -> dict:
+    """``attrs_`` checked against ``kind``'s schema and normalised (defaults filled, Python
+    types), without the arity checks of ``check_op``; shape inference and the references use it
+    so they accept attributes as given by a user as well as ``check_op``'s output."""
+    schema = schema_of(kind)
+    if not isinstance(attrs_, Mapping):
+        raise _fail(kind, f"attributes must be a mapping of names to values, got {type(attrs_).__name__}")
+    if schema.any_attrs:
+        return dict(attrs_)
+    for name in attrs_:
+        if name not in schema.attrs:
+            known = ", ".join(schema.attrs) or "none"
+            raise _fail(kind, f"unknown attribute {name!r} (value {attrs_[name]!r}); "
+                              f"{kind} takes: {known}")
+    out: dict = {}
+    for name, spec in schema.attrs.items():
+        if name in attrs_:
+            out[name] = _normalise_value(kind, spec, attrs_[name])
+        elif spec.required:
+            raise _fail(kind, f"missing required attribute {name!r} ({spec.type})")
+        elif spec.default is not None:
+            # Through the same normalisation: an f32 default is a float32 value too.
+            out[name] = _normalise_value(kind, spec, _default(spec))
+    _check_cross_attrs(kind, out)
+    return out
+
+
+def _check_cross_attrs(kind: str, attrs_: dict) -> None:
+    """Checks across attributes that need no shapes (op_def_constraint.cpp and friends)."""
+    schema = OP_SCHEMAS[kind]
+    if schema.category in ("convolution", "pooling"):
+        lengths = "strides" if kind == "Convolution" else "kernel"
+        spatial = len(attrs_[lengths])
+        if kind == "MaxPool" and "dilations" not in attrs_:
+            attrs_["dilations"] = [1] * spatial
+        # oneDNN reads empty pads as zeros (shape_infer.cpp); name the zeros here once.
+        for pads in ("pads_begin", "pads_end"):
+            if attrs_[pads] == []:
+                attrs_[pads] = [0] * spatial
+        for name in ("strides", "kernel", "dilations", "pads_begin", "pads_end"):
+            if name in attrs_ and len(attrs_[name]) != spatial:
+                raise _fail(kind, f"attribute {name!r} {attrs_[name]} has {len(attrs_[name])} "
+                                  f"entries, {lengths} {attrs_[lengths]} has {spatial}")
+        if spatial == 0:
+            raise _fail(kind, f"attribute {lengths!r} is empty: no spatial dimension")
+    if kind == "StaticReshape" and attrs_["shape"].count(-1) > 1:
+        raise _fail(kind, f"attribute 'shape' {attrs_['shape']} has more than one -1")
+    if kind == "StaticTranspose":
+        order = attrs_["order"]
+        if order and len(set(order)) != len(order):
+            raise _fail(kind, f"attribute 'order' {order} repeats an axis")
+    if kind in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                "ReduceL2") and "axes" in attrs_:
+        axes = attrs_["axes"]
+        if len(set(axes)) != len(axes):
+            raise _fail(kind, f"attribute 'axes' {axes} repeats an axis")
+
+
+def check_op(kind: str, attrs: Mapping, num_inputs: int, num_outputs: int) -> dict:
+    """Check an op of ``kind`` with ``attrs`` and the given numbers of inputs and outputs against
+    its schema; return the attributes normalised (defaults filled in, Python types).
+
+    Raises InvalidGraphError (naming the kind, the attribute and the value) for an unknown kind,
+    an unknown or missing attribute, a value of the wrong type or outside the allowed values,
+    and a wrong number of inputs or outputs.
+    """
+    schema = schema_of(kind)
+    for what, count, (low, high) in (("inputs", num_inputs, schema.num_inputs),
+                                     ("outputs", num_outputs, schema.num_outputs)):
+        if not _is_integer(count) or not low <= count <= high:
+            expected = f"{low}" if low == high else (f"at least {low}" if high == UNBOUNDED
+                                                     else f"{low} to {high}")
+            raise _fail(kind, f"takes {expected} {what}, got {count!r}")
+    out = normalize_attrs(kind, attrs)
+    if kind == "LayerNorm" and out["keep_stats"] and num_outputs != 3:
+        raise _fail(kind, f"keep_stats=True needs 3 outputs (dst, mean, variance), got {num_outputs}")
+    if schema.category == "reduction":
+        has_attr = "axes" in attrs
+        if has_attr == (num_inputs == 2):
+            raise _fail(kind, "exactly one of the attribute 'axes' and the second input 'axes' "
+                              f"must be given (attribute {'given' if has_attr else 'absent'}, "
+                              f"{num_inputs} inputs)")
+    return out
+
+
+def is_known_kind(kind: str) -> bool:
+    return kind in OP_SCHEMAS
+
+
+__all__ = [
+    "ATTR_TYPES", "AttrSpec", "OpSchema", "OP_SCHEMAS", "UNBOUNDED", "check_op",
+    "normalize_attrs", "schema_of", "is_known_kind",
+]

@@ -1,0 +1,400 @@
+"""Numpy references of oneDNN Graph ops, one op at a time.
+
+``reference(kind, attrs, inputs, output_dtypes)`` computes an op the textbook way in float64 and
+returns each output converted to its data type. Values are user-facing: f32, f16 and bf16
+tensors are float32 arrays holding values of their type (bf16 and f16 already rounded), s32 is
+int32, s8/u8 int8/uint8, ``boolean`` is ``np.bool_``. Outputs follow the same convention, so
+one op's outputs feed the next op's inputs unchanged: an f16 or bf16 output is rounded to its
+type (to nearest even) and returned as float32; integer outputs round to nearest and saturate.
+
+Elementwise algorithms reuse ``triodnn.kernels.eltwise.reference`` (the formulas the kernels are
+tested against); everything else is written here: MatMul and Convolution with float64 matmuls
+(exact on integer data, so f32 results computed in any order agree), pooling through
+``triodnn.kernels.pooling.reference`` after the graph's ``auto_pad``/``rounding_type`` are
+turned into plain pads.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .. import _dtypes
+from .._errors import InvalidGraphError, UnsupportedError
+from ._op_schema import check_op, schema_of
+from ._shape_inference import (
+    infer_output_shapes,
+    norm_axes,
+    reduce_axes,
+    reshape_target,
+    spatial_geometry,
+    transpose_order,
+)
+
+FLOAT_DTYPES = ("f32", "f16", "bf16")
+_INTEGER_DTYPES = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
+
+
+# -- dtype conversions ----------------------------------------------------------------------
+
+
+def to_dtype_values(values, dtype: str) -> np.ndarray:
+    """``values`` (any numeric array) as the user-facing values of ``dtype``: f32 and bf16/f16
+    rounded to nearest even and returned as float32, integers rounded to nearest (half to even)
+    and saturated, booleans as ``values != 0``."""
+    x = np.asarray(values)
+    if dtype == "boolean":
+        return np.asarray(x != 0, dtype=np.bool_)
+    if dtype in _INTEGER_DTYPES:
+        info = np.iinfo(_INTEGER_DTYPES[dtype])
+        with np.errstate(invalid="ignore"):
+            y = np.clip(np.rint(np.asarray(x, np.float64)), info.min, info.max)
+        return np.where(np.isnan(y), 0, y).astype(_INTEGER_DTYPES[dtype])
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dtype == "f32":
+            return np.asarray(x, dtype=np.float32)
+        if dtype == "f16":
+            return np.asarray(x, dtype=np.float64).astype(np.float16).astype(np.float32)
+        if dtype == "bf16":
+            single = np.asarray(x, dtype=np.float32)
+            return _dtypes.from_storage(_dtypes.to_storage(single, "bf16"), "bf16").reshape(single.shape)
+    raise InvalidGraphError(f"no reference conversion to data type {dtype!r}")
+
+
+def _f64(array) -> np.ndarray:
+    return np.asarray(array, dtype=np.float64)
+
+
+# -- eltwise --------------------------------------------------------------------------------
+
+
+def eltwise_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, float | None]:
+    """``(algorithm, alpha, beta)`` of ``triodnn.kernels.eltwise`` that computes the unary op
+    ``kind`` with normalised ``attrs`` (None: the algorithm's default)."""
+    schema = schema_of(kind)
+    if not schema.unary_elementwise:
+        raise InvalidGraphError(f"{kind} is not a unary elementwise op")
+    if kind == "GELU":
+        return attrs.get("mode", "gelu_erf"), None, None
+    if kind == "LeakyReLU":
+        return "leaky_relu", attrs["alpha"], None
+    if kind == "Elu":
+        return "elu", attrs["alpha"], None
+    if kind == "Clamp":
+        return "clip", attrs["min"], attrs["max"]
+    if kind == "HardSigmoid":
+        return "hardsigmoid", attrs["alpha"], attrs["beta"]
+    if kind == "SoftPlus":
+        # oneDNN Graph: log(1 + exp(beta * x)) / beta, the kernels' soft_relu with alpha = beta.
+        return "soft_relu", attrs.get("beta", 1.0), None
+    if kind == "Pow":
+        return "pow", 1.0, attrs["beta"]
+    return schema.algorithm, None, None
+
+
+def _eltwise(kind: str, a: dict, x: np.ndarray) -> np.ndarray:
+    from ..kernels import eltwise as kernel_eltwise
+
+    alg, alpha, beta = eltwise_parameters(kind, a)
+    return _f64(kernel_eltwise.reference(alg, x, alpha=alpha, beta=beta))
+
+
+# -- binary and select ----------------------------------------------------------------------
+
+
+def _binary(kind: str, a: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if kind == "Add":
+            return x + y
+        if kind == "Subtract":
+            return x - y
+        if kind == "Multiply":
+            return x * y
+        if kind == "Divide":
+            return x / y
+        if kind == "Maximum":
+            return np.maximum(x, y)
+        if kind == "Minimum":
+            return np.minimum(x, y)
+        if kind == "SquaredDifference":
+            return (x - y) ** 2
+        if kind == "GreaterEqual":
+            return x >= y
+    raise InvalidGraphError(f"{kind} is not a binary op")
+
+
+# -- matmul and convolution -----------------------------------------------------------------
+
+
+def _matmul(a: dict, src: np.ndarray, wei: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    if a["transpose_a"] and src.ndim > 1:
+        src = np.swapaxes(src, -1, -2)
+    if a["transpose_b"] and wei.ndim > 1:
+        wei = np.swapaxes(wei, -1, -2)
+    y = np.matmul(src, wei)  # numpy's 1-D rules are oneDNN's: [K] as [1, K] / [K, 1], squeezed
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def _convolution(a: dict, src: np.ndarray, wei: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Channels-last float64 convolution: one batched matmul per kernel offset, over windows
+    taken as strided views of the padded input (no loop over output pixels)."""
+    geometry = spatial_geometry("Convolution", a, src.shape, wei.shape)
+    nsp = src.ndim - 2
+    x = src if a["data_format"] == "NXC" else np.moveaxis(src, 1, -1)  # N, X..., C
+    w = wei if a["weights_format"] == "XIO" else np.moveaxis(wei, (0, 1), (-1, -2))  # X..., I/g, O
+    groups = geometry.groups
+    icg = geometry.in_channels // groups
+    ocg = geometry.out_channels // groups
+    widths = [(0, 0)] + list(zip(geometry.pads_begin, geometry.pads_end)) + [(0, 0)]
+    xp = np.pad(x, widths)
+    # (X..., I/g, O) -> (X..., g, I/g, O/g): output channel g*ocg + j belongs to group g.
+    wg = w.reshape(w.shape[:-1] + (groups, ocg))
+    wg = np.moveaxis(wg, -2, nsp)  # X..., g, I/g, O/g
+    out = geometry.out_spatial
+    n = x.shape[0]
+    y = np.zeros((groups, n * int(np.prod(out)), ocg))
+    for taps in itertools.product(*(range(k) for k in geometry.kernel)):
+        window = (slice(None),) + tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(taps, geometry.dilations, out, geometry.strides)
+        )
+        patch = xp[window]  # N, OX..., C
+        patch = patch.reshape(-1, groups, icg).transpose(1, 0, 2)  # g, N*OX, I/g
+        y += np.matmul(patch, wg[taps])  # (g, M, I/g) @ (g, I/g, O/g)
+    y = y.transpose(1, 0, 2).reshape((n, *out, groups * ocg))
+    if bias is not None:
+        y = y + bias
+    return y if a["data_format"] == "NXC" else np.moveaxis(y, -1, 1)
+
+
+# -- pooling, normalization, softmax --------------------------------------------------------
+
+
+def _pool(kind: str, a: dict, src: np.ndarray) -> np.ndarray:
+    from ..kernels import pooling as kernel_pooling
+
+    geometry = spatial_geometry(kind, a, src.shape)
+    x = np.moveaxis(src, -1, 1) if a["data_format"] == "NXC" else src
+    if kind == "MaxPool":
+        alg = "max"
+    else:
+        alg = "avg_exclude_padding" if a["exclude_pad"] else "avg_include_padding"
+    # The windows rounding_type="ceil" adds count as right padding (zeros for
+    # avg_include_padding, skipped by max and avg_exclude_padding).
+    y = _f64(kernel_pooling.reference(
+        alg, x, kernel=geometry.kernel, strides=geometry.strides, padding_l=geometry.pads_begin,
+        padding_r=geometry.pads_end_ceil, dilation=geometry.dilations,
+    ))
+    return np.moveaxis(y, 1, -1) if a["data_format"] == "NXC" else y
+
+
+# Softmax works on slices of at most this many elements: attention scores reach 75M elements
+# (GQA-f32: [32, 2, 8, 384, 384]), whose float64 temporaries would take gigabytes at once.
+_SOFTMAX_SLICE = 1 << 22
+
+
+def _softmax(kind: str, a: dict, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dst, stats) of SoftMax/LogSoftmax over ``axis``; stats = max + log(sum(exp(x - max)))."""
+    axis = a["axis"] % x.ndim
+    dst = np.empty(x.shape)
+    stats = np.empty(tuple(1 if i == axis else d for i, d in enumerate(x.shape)))
+    # Slice along the outermost other axis, in as few slices as keep each under _SOFTMAX_SLICE.
+    outer = next((i for i in range(x.ndim) if i != axis), None)
+    if outer is None or x.size <= _SOFTMAX_SLICE:
+        slices = [(slice(None),) * x.ndim]
+    else:
+        step = max(1, x.shape[outer] * _SOFTMAX_SLICE // x.size)
+        slices = [(slice(None),) * outer + (slice(start, start + step),)
+                  for start in range(0, x.shape[outer], step)]
+    for index in slices:
+        part = x[index]
+        row_max = np.max(part, axis=axis, keepdims=True)
+        shifted = part - row_max
+        exps = np.exp(shifted)
+        total = np.sum(exps, axis=axis, keepdims=True)
+        log_sum = np.log(total)
+        if kind == "LogSoftmax":
+            shifted -= log_sum
+            dst[index] = shifted
+        else:
+            exps /= total
+            dst[index] = exps
+        stats[index] = row_max + log_sum
+        if a.get("mode") == "inf_as_zero":
+            # A row of -inf only (a fully masked attention row) gives zeros instead of NaN; its
+            # statistic stays -inf (exp(x - stats) is then 0 everywhere, as the dst says).
+            empty = np.isneginf(row_max)
+            if empty.any():
+                dst[index] = np.where(empty, 0.0, dst[index])
+                stats[index] = np.where(empty, -np.inf, stats[index])
+    return dst, stats
+
+
+def _layer_norm(a: dict, inputs: list[np.ndarray], num_outputs: int) -> list[np.ndarray]:
+    x = inputs[0]
+    axes = norm_axes("LayerNorm", a["begin_norm_axis"], x.ndim)
+    normalized = x.shape[axes[0]:]
+    mean = x.mean(axis=axes, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(variance + a["epsilon"])
+    if a["use_affine"]:
+        if len(inputs) > 1:
+            y = y * inputs[1].reshape(normalized)
+        if len(inputs) > 2:
+            y = y + inputs[2].reshape(normalized)
+    stats_shape = x.shape[:axes[0]]
+    return [y, mean.reshape(stats_shape), variance.reshape(stats_shape)][:num_outputs]
+
+
+def _rms_norm(a: dict, inputs: list[np.ndarray], num_outputs: int) -> list[np.ndarray]:
+    x = inputs[0]
+    axes = norm_axes("RMSNorm", a["begin_norm_axis"], x.ndim)
+    rrms = 1.0 / np.sqrt((x * x).mean(axis=axes, keepdims=True) + a["epsilon"])
+    y = x * rrms
+    if len(inputs) > 1:
+        y = y * inputs[1]
+    return [y, rrms.reshape(x.shape[:axes[0]])][:num_outputs]
+
+
+def _batch_norm(a: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    x, gamma, beta, mean, variance = inputs
+    shape = [1] * x.ndim
+    shape[1 if a["data_format"] == "NCX" else -1] = -1
+    gamma, beta, mean, variance = (v.reshape(shape) for v in (gamma, beta, mean, variance))
+    return (x - mean) / np.sqrt(variance + a["epsilon"]) * gamma + beta
+
+
+def _bias_add(a: dict, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    shape = [1] * x.ndim
+    shape[1 if a["data_format"] == "NCX" else -1] = -1
+    return x + bias.reshape(shape)
+
+
+# -- reductions and data movement -----------------------------------------------------------
+
+
+def _reduce(kind: str, a: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    x = inputs[0]
+    if len(inputs) == 2:  # the axes as an s32 tensor
+        raw = [int(v) for v in np.asarray(inputs[1]).ravel()]
+        axes = reduce_axes(kind, {**a, "axes": raw}, x.ndim)
+    else:
+        axes = reduce_axes(kind, a, x.ndim)
+    keep = a["keep_dims"]
+    with np.errstate(all="ignore"):
+        if kind == "ReduceSum":
+            return np.sum(x, axis=axes, keepdims=keep)
+        if kind == "ReduceMean":
+            return np.mean(x, axis=axes, keepdims=keep)
+        if kind == "ReduceMax":
+            return np.max(x, axis=axes, keepdims=keep)
+        if kind == "ReduceMin":
+            return np.min(x, axis=axes, keepdims=keep)
+        if kind == "ReduceProd":
+            return np.prod(x, axis=axes, keepdims=keep)
+        if kind == "ReduceL1":
+            return np.sum(np.abs(x), axis=axes, keepdims=keep)
+        if kind == "ReduceL2":
+            return np.sqrt(np.sum(x * x, axis=axes, keepdims=keep))
+    raise InvalidGraphError(f"{kind} is not a reduction")
+
+
+def _gen_index(a: dict, x: np.ndarray) -> np.ndarray:
+    axis = a["axis"] % x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    return np.broadcast_to(np.arange(x.shape[axis]).reshape(shape), x.shape)
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def _as_input(array, kind: str, index: int) -> np.ndarray:
+    x = np.asarray(array)
+    if x.dtype == np.uint16:
+        raise InvalidGraphError(
+            f"{kind}: input {index} is uint16 (bf16 storage?); pass user-facing values "
+            f"(triodnn._dtypes.from_storage)"
+        )
+    return x
+
+
+def reference(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray],
+              output_dtypes: Sequence[str]) -> list[np.ndarray]:
+    """The outputs of an op of ``kind`` on ``inputs``, one array per entry of ``output_dtypes``,
+    each converted to that data type (see the module docstring for the value conventions).
+
+    Float ops compute in float64. Shapes are checked with ``infer_output_shapes`` first, so a
+    reference never broadcasts what oneDNN would refuse. Wildcard has no reference
+    (UnsupportedError); End returns nothing.
+    """
+    inputs = [_as_input(x, kind, i) for i, x in enumerate(inputs)]
+    output_dtypes = list(output_dtypes)
+    a = check_op(kind, attrs, len(inputs), len(output_dtypes))
+    if kind == "Wildcard":
+        raise UnsupportedError("Wildcard ops have no reference: their semantics are the user's")
+    if kind == "End":
+        return []
+    axes_from_input = schema_of(kind).category == "reduction" and len(inputs) == 2
+    if axes_from_input:  # the shapes depend on the axes' values: _reduce checks them
+        shapes = None
+    else:
+        shapes = infer_output_shapes(kind, a, [x.shape for x in inputs], len(output_dtypes))
+    with np.errstate(all="ignore"):  # inf and NaN propagate as IEEE arithmetic says
+        outputs = _compute(kind, a, inputs, len(output_dtypes))
+    result = []
+    for i, (value, dtype) in enumerate(zip(outputs, output_dtypes)):
+        if shapes is not None and np.shape(value) != shapes[i]:
+            value = np.broadcast_to(value, shapes[i])  # GenIndex and Select build broadcast views
+        # A fresh C-contiguous array (not a view of an input, not 0-d turned 1-d).
+        result.append(np.array(to_dtype_values(value, dtype), order="C", copy=True))
+    return result
+
+
+def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> list:
+    category = schema_of(kind).category
+    if kind in ("Reorder", "TypeCast"):
+        return [inputs[0]]  # the conversion to the output dtype is the whole op
+    if kind == "StaticReshape":
+        return [inputs[0].reshape(reshape_target(kind, a, inputs[0].shape))]
+    if kind == "StaticTranspose":
+        return [np.transpose(inputs[0], transpose_order(kind, a, inputs[0].ndim))]
+    if kind == "Concat":
+        return [np.concatenate(inputs, axis=a["axis"])]
+    if kind == "GenIndex":
+        return [_gen_index(a, inputs[0])]
+    if kind == "Select":
+        condition = np.asarray(inputs[0]) != 0
+        return [np.where(condition, _f64(inputs[1]), _f64(inputs[2]))]
+    integer_math = category == "binary" and all(x.dtype.kind in "iub" for x in inputs)
+    values = [x.astype(np.int64) if integer_math else _f64(x) for x in inputs]
+    if category == "eltwise":
+        return [_eltwise(kind, a, values[0])]
+    if category == "binary":
+        return [_binary(kind, a, values[0], values[1])]
+    if kind == "MatMul":
+        return [_matmul(a, values[0], values[1], values[2] if len(values) > 2 else None)]
+    if kind == "Convolution":
+        return [_convolution(a, values[0], values[1], values[2] if len(values) > 2 else None)]
+    if kind == "BiasAdd":
+        return [_bias_add(a, values[0], values[1])]
+    if category == "pooling":
+        return [_pool(kind, a, values[0])]
+    if kind in ("SoftMax", "LogSoftmax"):
+        return list(_softmax(kind, a, values[0]))[:num_outputs]
+    if kind == "LayerNorm":
+        return _layer_norm(a, values, num_outputs)
+    if kind == "RMSNorm":
+        return _rms_norm(a, values, num_outputs)
+    if kind == "BatchNormInference":
+        return [_batch_norm(a, values)]
+    if category == "reduction":
+        return [_reduce(kind, a, values)]
+    raise InvalidGraphError(f"{kind}: no reference")  # not reached for kinds of OP_SCHEMAS
+
+
+__all__ = ["FLOAT_DTYPES", "eltwise_parameters", "reference", "to_dtype_values"]

@@ -1,0 +1,505 @@
+"""Output shapes of oneDNN Graph ops from their input shapes and attributes.
+
+The rules are oneDNN's (``src/graph/interface/shape_infer.cpp``): numpy broadcasting for
+``auto_broadcast="numpy"`` and equal shapes for ``"none"``; MatMul swaps the last two dims of a
+transposed operand, treats a 1-D ``src`` as ``[1, K]`` and 1-D ``weights`` as ``[K, 1]`` (the
+added dim dropped from the result) and broadcasts batch dims; convolution and pooling compute
+``(in + pads - ((k - 1) * dilation + 1)) / stride + 1`` (floor, or ceil for pooling's
+``rounding_type="ceil"``) with ``auto_pad`` deriving the pads (``SAME_*`` pads so that
+``out = ceil(in / stride)``, the odd pad going to the end for ``SAME_UPPER`` and to the begin
+for ``SAME_LOWER``); ``StaticReshape`` takes one ``-1`` and ``special_zero``; ``StaticTranspose``
+takes negative order entries; reductions drop or keep (as 1) the reduced axes.
+
+Shapes are tuples of ints; ``-1`` is an unknown dim (``triodnn.graph`` logical tensors use it).
+Unknown dims flow through where the rule allows and make the dims they feed unknown; they never
+raise on their own. Inconsistent shapes raise ShapeInferenceError naming the op kind, the
+shapes and the attributes involved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from .._errors import ShapeInferenceError
+from ._op_schema import normalize_attrs, schema_of
+
+UNKNOWN = -1
+Shape = tuple[int, ...]
+
+
+def _error(kind: str, message: str) -> ShapeInferenceError:
+    return ShapeInferenceError(f"{kind}: {message}")
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "[" + ", ".join("?" if d == UNKNOWN else str(d) for d in shape) + "]"
+
+
+def _to_shapes(kind: str, input_shapes) -> list[Shape]:
+    shapes = []
+    for i, shape in enumerate(input_shapes):
+        if shape is None:
+            raise _error(kind, f"input {i} has an unknown rank; shapes cannot be inferred")
+        try:
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise _error(kind, f"input {i} shape {shape!r} is not a sequence of integers") from None
+        if any(d < UNKNOWN for d in dims):
+            raise _error(kind, f"input {i} shape {list(dims)} has a negative dim")
+        shapes.append(dims)
+    return shapes
+
+
+def _normal_axis(kind: str, axis: int, ndim: int, what: str = "axis") -> int:
+    if not -ndim <= axis < max(ndim, 1) or ndim == 0:
+        raise _error(kind, f"{what} {axis} is out of range for rank {ndim} (expected [{-ndim}, {ndim - 1}])")
+    return axis % ndim
+
+
+# -- broadcasting ---------------------------------------------------------------------------
+
+
+def _broadcast_dim(a: int, b: int) -> int | None:
+    if a == b:
+        return a
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if a == UNKNOWN or b == UNKNOWN:
+        return b if a == UNKNOWN else a  # the known one (not 1) wins; both unknown is handled above
+    return None
+
+
+def broadcast_shapes(kind: str, *shapes: Shape) -> Shape:
+    """Numpy broadcasting of ``shapes`` (right-aligned), or ShapeInferenceError."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for shape in shapes:
+        padded = (1,) * (rank - len(shape)) + tuple(shape)
+        for i, d in enumerate(padded):
+            merged = _broadcast_dim(out[i], d)
+            if merged is None:
+                raise _error(kind, "shapes " + ", ".join(_fmt(s) for s in shapes)
+                             + f" do not broadcast (numpy rules): dim {i - rank} is {out[i]} vs {d}")
+            out[i] = merged
+    return tuple(out)
+
+
+def _one_way(kind: str, target: Shape, shape: Shape, what: str) -> None:
+    """``shape`` must broadcast to ``target`` without changing it."""
+    ok = len(shape) <= len(target) and all(
+        d in (1, t) or UNKNOWN in (d, t) for d, t in zip(reversed(shape), reversed(target))
+    )
+    if not ok:
+        raise _error(kind, f"{what} shape {_fmt(shape)} does not broadcast to {_fmt(target)}")
+
+
+def _same_shapes(kind: str, shapes: Sequence[Shape]) -> Shape:
+    first = shapes[0]
+    for shape in shapes[1:]:
+        if len(shape) != len(first) or any(
+            a != b and UNKNOWN not in (a, b) for a, b in zip(shape, first)
+        ):
+            raise _error(kind, "auto_broadcast='none' needs equal shapes, got "
+                         + ", ".join(_fmt(s) for s in shapes))
+    return tuple(max(dims) if UNKNOWN in dims else dims[0] for dims in zip(*shapes))
+
+
+# -- convolution and pooling geometry -------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class SpatialGeometry:
+    """The per-spatial-dim geometry of a Convolution, MaxPool or AvgPool, channels first.
+
+    ``pads_begin``/``pads_end`` are the pads the op uses after ``auto_pad``; ``pads_end_ceil``
+    additionally covers the windows ``rounding_type="ceil"`` adds (so that the floor formula with
+    it gives ``out_spatial``). ``dilations`` are plain factors (1: none), as oneDNN Graph's.
+    """
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    in_spatial: Shape
+    kernel: Shape
+    strides: Shape
+    dilations: Shape
+    pads_begin: Shape
+    pads_end: Shape
+    pads_end_ceil: Shape
+    out_spatial: Shape
+
+
+def _nxc_to_ncx(shape: Shape) -> Shape:
+    return (shape[0], shape[-1], *shape[1:-1]) if len(shape) > 2 else shape
+
+
+def _ncx_to_nxc(shape: Shape) -> Shape:
+    return (shape[0], *shape[2:], shape[1]) if len(shape) > 2 else shape
+
+
+def _xio_to_oix(shape: Shape) -> Shape:
+    return (shape[-1], shape[-2], *shape[:-2]) if len(shape) > 2 else shape
+
+
+def auto_pads(in_size: int, stride: int, kernel: int, dilation: int, auto_pad: str,
+              pad_begin: int, pad_end: int) -> tuple[int, int]:
+    """oneDNN's ``infer_auto_pad`` for one spatial dim (forward ops)."""
+    if auto_pad == "None":
+        return pad_begin, pad_end
+    if auto_pad == "VALID":
+        return 0, 0
+    effective = (kernel - 1) * dilation + 1
+    if in_size == UNKNOWN:
+        total = effective - stride  # the in % stride == 0 case; the output is unknown anyway
+    elif in_size % stride == 0:
+        total = effective - stride
+    else:
+        total = effective - in_size % stride
+    total = max(total, 0)
+    begin = (total + 1) // 2 if auto_pad == "SAME_LOWER" else total // 2
+    return begin, total - begin
+
+
+def spatial_geometry(kind: str, attrs_: Mapping, src_shape: Shape,
+                     weights_shape: Shape | None = None) -> SpatialGeometry:
+    """Geometry of a Convolution (``weights_shape`` given) or a MaxPool/AvgPool, or
+    ShapeInferenceError for inconsistent shapes and attributes."""
+    a = normalize_attrs(kind, attrs_)
+    src = tuple(src_shape)
+    fmt = a["data_format"]
+    if len(src) < 3:
+        raise _error(kind, f"src shape {_fmt(src)} needs a batch, a channel and at least one "
+                           f"spatial dim")
+    src_ncx = _nxc_to_ncx(src) if fmt == "NXC" else src
+    nsp = len(src) - 2
+    strides = tuple(a["strides"])
+    if len(strides) != nsp:
+        raise _error(kind, f"strides {list(strides)} has {len(strides)} entries for src "
+                           f"{_fmt(src)} ({fmt}) with {nsp} spatial dims")
+    dilations = tuple(a.get("dilations", [1] * nsp))
+    if kind == "Convolution":
+        wei = tuple(weights_shape)
+        if len(wei) != len(src):
+            raise _error(kind, f"weights shape {_fmt(wei)} rank differs from src {_fmt(src)}")
+        wei_oix = _xio_to_oix(wei) if a["weights_format"] == "XIO" else wei
+        kernel = wei_oix[2:]
+        groups = a["groups"]
+        in_channels, out_channels = src_ncx[1], wei_oix[0]
+        known = UNKNOWN not in (in_channels, wei_oix[1])
+        if known and in_channels != wei_oix[1] * groups:
+            raise _error(kind, f"src channels {in_channels} (src {_fmt(src)}, {fmt}) divided by "
+                               f"groups {groups} must equal the weights' input channels "
+                               f"{wei_oix[1]} (weights {_fmt(wei)}, {a['weights_format']})")
+        if out_channels != UNKNOWN and out_channels % groups:
+            raise _error(kind, f"weights output channels {out_channels} are not divisible by "
+                               f"groups {groups}")
+    else:
+        kernel = tuple(a["kernel"])
+        if len(kernel) != nsp:
+            raise _error(kind, f"kernel {list(kernel)} has {len(kernel)} entries for src "
+                               f"{_fmt(src)} ({fmt}) with {nsp} spatial dims")
+        groups = 1
+        in_channels = out_channels = src_ncx[1]
+    in_spatial = src_ncx[2:]
+    pads_begin, pads_end, pads_end_ceil, out = [], [], [], []
+    ceil = a.get("rounding_type", "floor") == "ceil"
+    for i in range(nsp):
+        pb, pe = auto_pads(in_spatial[i], strides[i], kernel[i], dilations[i], a["auto_pad"],
+                           a["pads_begin"][i], a["pads_end"][i])
+        pads_begin.append(pb)
+        pads_end.append(pe)
+        effective = (kernel[i] - 1) * dilations[i] + 1
+        if UNKNOWN in (in_spatial[i], kernel[i]):
+            out.append(UNKNOWN)
+            pads_end_ceil.append(pe)
+            continue
+        span = in_spatial[i] + pb + pe - effective
+        size = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        if size < 1:
+            raise _error(kind, f"spatial dim {i}: input {in_spatial[i]} with pads {pb}+{pe}, "
+                               f"kernel {kernel[i]}, dilation {dilations[i]} and stride "
+                               f"{strides[i]} leaves no output (src {_fmt(src)}, {fmt})")
+        out.append(size)
+        pads_end_ceil.append(max(pe, (size - 1) * strides[i] + effective - in_spatial[i] - pb))
+    return SpatialGeometry(
+        batch=src_ncx[0], in_channels=in_channels, out_channels=out_channels, groups=groups,
+        in_spatial=tuple(in_spatial), kernel=tuple(kernel), strides=strides, dilations=dilations,
+        pads_begin=tuple(pads_begin), pads_end=tuple(pads_end),
+        pads_end_ceil=tuple(pads_end_ceil), out_spatial=tuple(out),
+    )
+
+
+# -- per-kind rules -------------------------------------------------------------------------
+
+
+def _matmul(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    src, wei = list(shapes[0]), list(shapes[1])
+    if not src or not wei:
+        raise _error(kind, f"operands must have rank >= 1, got src {_fmt(src)} and weights {_fmt(wei)}")
+    if a["transpose_a"] and len(src) > 1:
+        src[-2], src[-1] = src[-1], src[-2]
+    if a["transpose_b"] and len(wei) > 1:
+        wei[-2], wei[-1] = wei[-1], wei[-2]
+    k_src = src[-1]
+    k_wei = wei[0] if len(wei) == 1 else wei[-2]
+    if k_src != k_wei and UNKNOWN not in (k_src, k_wei):
+        raise _error(kind, f"src {_fmt(shapes[0])} and weights {_fmt(shapes[1])} (transpose_a="
+                           f"{a['transpose_a']}, transpose_b={a['transpose_b']}) disagree on K: "
+                           f"{k_src} vs {k_wei}")
+    if len(src) == 1 and len(wei) == 1:
+        out: Shape = ()
+    elif len(src) == 1:
+        out = tuple(wei[:-2]) + (wei[-1],)
+    elif len(wei) == 1:
+        out = tuple(src[:-1])
+    else:
+        batch = broadcast_shapes(kind, tuple(src[:-2]), tuple(wei[:-2]))
+        out = batch + (src[-2], wei[-1])
+    if len(shapes) == 3:
+        _one_way(kind, out, shapes[2], "bias")
+    return out
+
+
+def _bias_add(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    src, bias = shapes
+    if len(src) < 2:
+        raise _error(kind, f"src {_fmt(src)} needs at least 2 dims")
+    if len(bias) != 1:
+        raise _error(kind, f"bias {_fmt(bias)} must be 1-D")
+    channels = src[1] if a["data_format"] == "NCX" else src[-1]
+    if UNKNOWN not in (channels, bias[0]) and bias[0] != channels:
+        raise _error(kind, f"bias {_fmt(bias)} does not match the {channels} channels of src "
+                           f"{_fmt(src)} ({a['data_format']})")
+    return src
+
+
+def _convolution(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    geometry = spatial_geometry(kind, a, shapes[0], shapes[1])
+    if len(shapes) == 3:
+        bias = shapes[2]
+        if len(bias) != 1 or UNKNOWN not in (bias[0], geometry.out_channels) and bias[0] != geometry.out_channels:
+            raise _error(kind, f"bias {_fmt(bias)} must be 1-D with the {geometry.out_channels} "
+                               f"output channels")
+    out = (geometry.batch, geometry.out_channels, *geometry.out_spatial)
+    return _ncx_to_nxc(out) if a["data_format"] == "NXC" else out
+
+
+def _pool(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    geometry = spatial_geometry(kind, a, shapes[0])
+    out = (geometry.batch, geometry.in_channels, *geometry.out_spatial)
+    return _ncx_to_nxc(out) if a["data_format"] == "NXC" else out
+
+
+def norm_axes(kind: str, begin_norm_axis: int, ndim: int) -> tuple[int, ...]:
+    """The axes LayerNorm/RMSNorm normalise over: ``begin_norm_axis`` to the last."""
+    begin = _normal_axis(kind, begin_norm_axis, ndim, "begin_norm_axis")
+    return tuple(range(begin, ndim))
+
+
+def _layer_norm(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
+    src = shapes[0]
+    axes = norm_axes(kind, a["begin_norm_axis"], len(src))
+    normalized = src[axes[0]:]
+    for name, shape in zip(("gamma", "beta"), shapes[1:]):
+        count = math.prod(normalized) if UNKNOWN not in normalized else UNKNOWN
+        size = math.prod(shape) if UNKNOWN not in shape else UNKNOWN
+        # The normalized dims themselves, or flattened to one dim of the same size.
+        flattened = len(shape) == 1 and (size == count or UNKNOWN in (size, count))
+        if tuple(shape) != normalized and not flattened:
+            raise _error(kind, f"{name} shape {_fmt(shape)} must be the normalized dims "
+                               f"{_fmt(normalized)} of src {_fmt(src)} (begin_norm_axis="
+                               f"{a['begin_norm_axis']})")
+    stats = src[:axes[0]]
+    return [src] + [stats] * (num_outputs - 1)
+
+
+def _rms_norm(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
+    src = shapes[0]
+    axes = norm_axes(kind, a["begin_norm_axis"], len(src))
+    if len(shapes) == 2:
+        _one_way(kind, src, shapes[1], "gamma")
+    return [src] + [src[:axes[0]]] * (num_outputs - 1)
+
+
+def _batch_norm(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    src = shapes[0]
+    if len(src) < 2:
+        raise _error(kind, f"src {_fmt(src)} needs at least 2 dims")
+    channels = src[1] if a["data_format"] == "NCX" else src[-1]
+    for name, shape in zip(("gamma", "beta", "mean", "variance"), shapes[1:]):
+        if len(shape) != 1 or UNKNOWN not in (shape[0], channels) and shape[0] != channels:
+            raise _error(kind, f"{name} shape {_fmt(shape)} must be [{channels}], the channels of "
+                               f"src {_fmt(src)} ({a['data_format']})")
+    return src
+
+
+def reshape_target(kind: str, attrs_: Mapping, src: Shape) -> Shape:
+    """StaticReshape's output shape: ``special_zero`` copies the input dim for a 0, one ``-1``
+    takes what is left."""
+    a = normalize_attrs(kind, attrs_)
+    target = list(a["shape"])
+    for i, d in enumerate(target):
+        if d == 0 and a["special_zero"]:
+            if i >= len(src):
+                raise _error(kind, f"shape {a['shape']} has a 0 at position {i} with special_zero, "
+                                   f"but src {_fmt(src)} has only {len(src)} dims")
+            target[i] = src[i]
+    if UNKNOWN in src:
+        # Unknown input dims leave the -1 unknown and the sizes uncheckable.
+        return tuple(target)
+    in_size = math.prod(src)
+    if target.count(-1) == 1:
+        rest = math.prod(d for d in target if d != -1)
+        if rest == 0 or in_size % rest:
+            raise _error(kind, f"shape {a['shape']} (special_zero={a['special_zero']}) cannot "
+                               f"hold the {in_size} elements of src {_fmt(src)}")
+        target[target.index(-1)] = in_size // rest
+    if math.prod(target) != in_size:
+        raise _error(kind, f"shape {a['shape']} (special_zero={a['special_zero']}) has "
+                           f"{math.prod(target)} elements, src {_fmt(src)} has {in_size}")
+    return tuple(target)
+
+
+def transpose_order(kind: str, attrs_: Mapping, ndim: int) -> tuple[int, ...]:
+    """StaticTranspose's order with negative entries made positive (empty: reversed axes)."""
+    order = normalize_attrs(kind, attrs_)["order"]
+    if not order:
+        return tuple(reversed(range(ndim)))
+    if len(order) != ndim:
+        raise _error(kind, f"order {order} has {len(order)} entries for a rank-{ndim} src")
+    normal = tuple(_normal_axis(kind, axis, ndim, "order entry") for axis in order)
+    if len(set(normal)) != ndim:
+        raise _error(kind, f"order {order} is not a permutation of the {ndim} axes")
+    return normal
+
+
+def _concat(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    first = shapes[0]
+    axis = _normal_axis(kind, a["axis"], len(first))
+    total = 0
+    for i, shape in enumerate(shapes):
+        if len(shape) != len(first):
+            raise _error(kind, f"input {i} shape {_fmt(shape)} rank differs from input 0 {_fmt(first)}")
+        for d, (x, y) in enumerate(zip(shape, first)):
+            if d != axis and x != y and UNKNOWN not in (x, y):
+                raise _error(kind, f"input {i} shape {_fmt(shape)} differs from input 0 "
+                                   f"{_fmt(first)} at dim {d} (concat axis {a['axis']})")
+        total = UNKNOWN if UNKNOWN in (total, shape[axis]) else total + shape[axis]
+    out = list(first)
+    out[axis] = total
+    for d in range(len(out)):
+        if d != axis and out[d] == UNKNOWN:
+            out[d] = max(shape[d] for shape in shapes)
+    return tuple(out)
+
+
+def reduce_axes(kind: str, attrs_: Mapping, ndim: int) -> tuple[int, ...]:
+    """A reduction's axes from its ``axes`` attribute, made positive and sorted."""
+    a = normalize_attrs(kind, attrs_)
+    if "axes" not in a:
+        raise _error(kind, "the axes come as the second input; output shapes cannot be inferred "
+                           "without its values")
+    axes = a["axes"]
+    if not axes:
+        raise _error(kind, "axes is empty (oneDNN does not implement an empty reduction)")
+    normal = [_normal_axis(kind, axis, ndim, "axes entry") for axis in axes]
+    if len(set(normal)) != len(normal):
+        raise _error(kind, f"axes {axes} name an axis twice for a rank-{ndim} src")
+    return tuple(sorted(normal))
+
+
+def _reduce(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    src = shapes[0]
+    axes = reduce_axes(kind, a, len(src))
+    if a["keep_dims"]:
+        return tuple(1 if i in axes else d for i, d in enumerate(src))
+    return tuple(d for i, d in enumerate(src) if i not in axes)
+
+
+def _select(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    cond, src0, src1 = shapes
+    if a["auto_broadcast"] == "none":
+        return _same_shapes(kind, shapes)
+    out = broadcast_shapes(kind, src0, src1)
+    # oneDNN broadcasts cond one way (to the broadcast of the two sources).
+    _one_way(kind, out, cond, "cond")
+    return out
+
+
+def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequence[int]],
+                        num_outputs: int | None = None) -> list[Shape]:
+    """The output shapes of an op of ``kind`` with ``attrs`` and inputs of ``input_shapes``.
+
+    ``num_outputs`` picks how many outputs the op has where that varies (LayerNorm: 1, or 3 with
+    mean and variance; SoftMax: 1, or 2 with stats; RMSNorm: 1, or 2 with rrms). None takes
+    LayerNorm's from ``keep_stats`` and one output for the others. End has none. Wildcard's
+    outputs cannot be inferred (ShapeInferenceError), as in oneDNN.
+    """
+    schema = schema_of(kind)
+    a = normalize_attrs(kind, attrs)
+    shapes = _to_shapes(kind, input_shapes)
+    low, high = schema.num_inputs
+    if not low <= len(shapes) <= high:
+        raise _error(kind, f"takes {low if low == high else f'{low} to {high}'} inputs, got "
+                           f"{len(shapes)}")
+    if num_outputs is None:
+        num_outputs = 3 if kind == "LayerNorm" and a["keep_stats"] else min(1, schema.num_outputs[1])
+    if not schema.num_outputs[0] <= num_outputs <= schema.num_outputs[1]:
+        raise _error(kind, f"cannot have {num_outputs} outputs (schema: {schema.num_outputs})")
+    category = schema.category
+    if kind == "Wildcard":
+        raise _error(kind, "Wildcard ops have no shape rule; give their output shapes")
+    if kind == "End":
+        return []
+    if category == "eltwise" or kind in ("Reorder", "TypeCast"):
+        return [shapes[0]]
+    if kind == "GenIndex":
+        _normal_axis(kind, a["axis"], len(shapes[0]))
+        return [shapes[0]]
+    if category == "binary":
+        if a["auto_broadcast"] == "none":
+            return [_same_shapes(kind, shapes)]
+        return [broadcast_shapes(kind, *shapes)]
+    if kind == "Select":
+        return [_select(kind, a, shapes)]
+    if kind == "MatMul":
+        return [_matmul(kind, a, shapes)]
+    if kind == "BiasAdd":
+        return [_bias_add(kind, a, shapes)]
+    if kind == "Convolution":
+        return [_convolution(kind, a, shapes)]
+    if category == "pooling":
+        return [_pool(kind, a, shapes)]
+    if kind in ("SoftMax", "LogSoftmax"):
+        src = shapes[0]
+        axis = _normal_axis(kind, a["axis"], len(src))
+        stats = tuple(1 if i == axis else d for i, d in enumerate(src))
+        return [src, stats][:num_outputs]
+    if kind == "LayerNorm":
+        return _layer_norm(kind, a, shapes, num_outputs)
+    if kind == "RMSNorm":
+        return _rms_norm(kind, a, shapes, num_outputs)
+    if kind == "BatchNormInference":
+        return [_batch_norm(kind, a, shapes)]
+    if kind == "StaticReshape":
+        return [reshape_target(kind, a, shapes[0])]
+    if kind == "StaticTranspose":
+        order = transpose_order(kind, a, len(shapes[0]))
+        return [tuple(shapes[0][axis] for axis in order)]
+    if kind == "Concat":
+        return [_concat(kind, a, shapes)]
+    if category == "reduction":
+        return [_reduce(kind, a, shapes)]
+    raise _error(kind, "no shape rule")  # not reached: every kind of OP_SCHEMAS is handled above
+
+
+__all__ = [
+    "UNKNOWN", "SpatialGeometry", "auto_pads", "broadcast_shapes", "infer_output_shapes",
+    "norm_axes", "reduce_axes", "reshape_target", "spatial_geometry", "transpose_order",
+]

@@ -1,0 +1,60 @@
+"""Tensors: a logical tensor bound to memory on an engine, what compiled partitions execute on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import numpy as np
+
+from .._errors import ArgumentMismatchError, InvalidArgumentError
+from .._memory import Memory
+from ._logical_tensor import LogicalTensor
+
+if TYPE_CHECKING:
+    from .._engine import Engine
+
+
+@attrs.define(eq=False)
+class Tensor:
+    """``Tensor(logical_tensor, engine)`` allocates; ``Tensor(lt, engine, memory)`` wraps a Memory
+    whose descriptor must be the logical tensor's."""
+
+    logical_tensor: LogicalTensor
+    engine: Engine
+    memory: Memory = None
+
+    def __attrs_post_init__(self) -> None:
+        lt = self.logical_tensor
+        if not isinstance(lt, LogicalTensor):
+            raise InvalidArgumentError(f"logical_tensor is {type(lt).__name__}, expected LogicalTensor")
+        desc = lt.memory_desc()
+        if self.memory is None:
+            self.memory = self.engine.memory(desc)
+        elif self.memory.desc != desc:
+            raise ArgumentMismatchError(
+                f"memory {self.memory.desc} does not match logical tensor {lt.id} ({desc})"
+            )
+
+    @classmethod
+    async def from_numpy(cls, lt: LogicalTensor, engine: Engine, array) -> Tensor:
+        tensor = cls(lt, engine)
+        await tensor.write(array)
+        return tensor
+
+    async def write(self, array) -> None:
+        array = np.asarray(array)
+        shape = self.logical_tensor.shape
+        if array.shape != tuple(shape):
+            raise ArgumentMismatchError(
+                f"array shape {array.shape} differs from logical tensor {self.logical_tensor.id} "
+                f"shape {tuple(shape)}"
+            )
+        await self.memory.write(array.reshape(self.memory.desc.dims))
+
+    async def to_numpy(self, *, deps=()) -> np.ndarray:
+        values = await self.memory.to_numpy(deps=deps)
+        values = values.reshape(self.logical_tensor.shape)
+        if self.logical_tensor.dtype == "boolean":
+            values = values.astype(bool)
+        return values

@@ -1,0 +1,333 @@
+"""The Graph API: logical tensors, ops, graphs, partitions, compiled partitions, tensors, JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import triodnn
+from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, StreamFlags
+from triodnn.graph import ROW_MAJOR, Graph, LogicalTensor, Op, Tensor, from_dict, load, to_dict
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+
+
+def f32(i, shape, **kw):
+    return LogicalTensor(i, "f32", shape, layout_type=kw.pop("layout_type", "strided"), **kw)
+
+
+def mlp_graph(n=8, c=16, o=12) -> Graph:
+    x, w, b = f32(0, [n, c]), f32(1, [c, o], property_type="constant"), f32(2, [o])
+    h, hb, y = f32(3, [n, o]), f32(4, [n, o]), f32(5, [n, o])
+    g = Graph("cpu")
+    g.add_op(Op(0, "MatMul", [x, w], [h]))
+    g.add_op(Op(1, "BiasAdd", [h, b], [hb]))
+    g.add_op(Op(2, "ReLU", [hb], [y]))
+    return g
+
+
+def ints(rng, shape):
+    return rng.integers(-4, 5, shape).astype(np.float32)
+
+
+# -- logical tensors --------------------------------------------------------------------------
+
+
+def test_logical_tensor_strided_defaults_to_dense_strides():
+    lt = LogicalTensor(3, "f32", [2, 3, 4], layout_type="strided")
+    assert lt.strides == (12, 4, 1)
+    assert lt.nbytes == 96
+    assert lt == LogicalTensor(3, "f32", (2, 3, 4), (12, 4, 1))
+
+
+def test_logical_tensor_unknown_dims_and_rank():
+    lt = LogicalTensor(1, "f32", [-(2**63), 4])
+    assert lt.shape == (-1, 4) and not lt.is_shape_known and lt.nbytes == 0
+    assert LogicalTensor(2, "bf16").ndims == -1
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"dtype": "f64"}, "dtype 'f64'"),
+    ({"layout_type": "blocked"}, "layout_type 'blocked'"),
+    ({"property_type": "mutable"}, "property_type 'mutable'"),
+    ({"layout_type": "opaque"}, "layout_id"),
+    ({"shape": [2, -3]}, "negative dim -3"),
+    ({"shape": [2, 3], "strides": [1]}, "different lengths"),
+])
+def test_logical_tensor_bad_fields_name_the_field(kwargs, needle):
+    with pytest.raises(InvalidArgumentError, match=needle):
+        LogicalTensor(0, **kwargs)
+
+
+def test_same_layout_and_dtype():
+    a = LogicalTensor(0, "f32", [2, 3], layout_type="strided")
+    assert a.has_same_layout_and_dtype(LogicalTensor(9, "f32", [2, 3], layout_type="strided"))
+    assert not a.has_same_layout_and_dtype(LogicalTensor(9, "f32", [2, 3], [1, 2]))
+    assert not a.has_same_layout_and_dtype(LogicalTensor(9, "bf16", [2, 3], layout_type="strided"))
+
+
+# -- building graphs ----------------------------------------------------------------------------
+
+
+def test_add_op_checks_and_leaves_nothing_behind():
+    g = mlp_graph()
+    n_ops = len(g.ops)
+    with pytest.raises(InvalidGraphError, match="op id 1"):
+        g.add_op(Op(1, "ReLU", [f32(5, [8, 12])], [f32(6, [8, 12])]))
+    with pytest.raises(InvalidGraphError, match="logical tensor 5 is f32 \\[8, 13\\]"):
+        g.add_op(Op(7, "ReLU", [f32(5, [8, 13])], [f32(6, [8, 13])]))
+    with pytest.raises(InvalidGraphError, match="already produces"):
+        g.add_op(Op(8, "Tanh", [f32(0, [8, 16])], [f32(5, [8, 12])]))
+    with pytest.raises(InvalidGraphError, match="Frobnicate"):
+        g.add_op(Op(9, "Frobnicate", [f32(5, [8, 12])], [f32(6, [8, 12])]))
+    with pytest.raises(InvalidGraphError, match="flavour"):
+        g.add_op(Op(10, "ReLU", [f32(5, [8, 12])], [f32(6, [8, 12])], {"flavour": 1}))
+    with pytest.raises(InvalidGraphError, match="axis"):
+        g.add_op(Op(11, "SoftMax", [f32(5, [8, 12])], [f32(6, [8, 12])], {"axis": "last"}))
+    assert len(g.ops) == n_ops
+    # The rejected ops left no tensor behind: id 6 can still be anything.
+    g.add_op(Op(12, "Exp", [f32(5, [8, 12])], [LogicalTensor(6, "f32", [8, 12], layout_type="any")]))
+
+
+def test_cycle_is_reported_at_finalize():
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(1, [4])], [f32(2, [4])]))
+    g.add_op(Op(1, "Tanh", [f32(2, [4])], [f32(1, [4])]))
+    with pytest.raises(InvalidGraphError, match="cycle"):
+        g.finalize()
+
+
+def test_no_ops_after_partitioning():
+    g = mlp_graph()
+    g.get_partitions()
+    with pytest.raises(InvalidGraphError, match="after get_partitions"):
+        g.add_op(Op(9, "Exp", [f32(5, [8, 12])], [f32(6, [8, 12])]))
+
+
+def test_bad_policy_and_engine_kind():
+    with pytest.raises(InvalidGraphError, match="policy 'greedy'"):
+        mlp_graph().get_partitions("greedy")
+    with pytest.raises(InvalidGraphError, match="engine_kind 'tpu'"):
+        Graph("tpu")
+
+
+# -- partitions -------------------------------------------------------------------------------
+
+
+def test_fusion_and_debug_partitions_of_an_mlp():
+    fused = mlp_graph().get_partitions("fusion")
+    assert [p.op_kinds for p in fused] == [("MatMul", "BiasAdd", "ReLU")]
+    p = fused[0]
+    assert [lt.id for lt in p.input_ports] == [0, 1, 2] and [lt.id for lt in p.output_ports] == [5]
+    debug = mlp_graph().get_partitions("debug")
+    assert [p.op_kinds for p in debug] == [("MatMul",), ("BiasAdd",), ("ReLU",)]
+    assert [[lt.id for lt in p.output_ports] for p in debug] == [[3], [4], [5]]
+
+
+def test_independent_chains_are_separate_partitions():
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    g.add_op(Op(1, "Exp", [f32(1, [4])], [f32(2, [4])]))
+    g.add_op(Op(2, "Tanh", [f32(10, [4])], [f32(11, [4])]))
+    parts = g.get_partitions()
+    assert sorted(p.op_kinds for p in parts) == [("ReLU", "Exp"), ("Tanh",)]
+
+
+def test_fusion_never_makes_a_cycle_through_an_unsupported_op():
+    """relu -> wildcard -> add, and relu -> add: merging relu and add would wrap the wildcard."""
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    g.add_op(Op(1, "Wildcard", [f32(1, [4])], [f32(2, [4])]))
+    g.add_op(Op(2, "Add", [f32(1, [4]), f32(2, [4])], [f32(3, [4])]))
+    parts = g.get_partitions()
+    assert [(p.op_kinds, p.is_supported) for p in parts] == [
+        (("ReLU",), True), (("Wildcard",), False), (("Add",), True)]
+
+
+async def test_unsupported_partition_refuses_to_compile(engine):
+    g = Graph("cpu")
+    g.add_op(Op(0, "Wildcard", [f32(0, [4])], [f32(1, [4])]))
+    (p,) = g.get_partitions()
+    with pytest.raises(triodnn.UnsupportedError, match="not supported"):
+        await p.compile(engine)
+
+
+def test_end_ops_mark_outputs_and_are_not_partitioned():
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    g.add_op(Op(1, "Exp", [f32(1, [4])], [f32(2, [4])]))
+    g.add_op(Op(2, "End", [f32(1, [4])], []))
+    (p,) = g.get_partitions()
+    assert p.op_kinds == ("ReLU", "Exp") and [lt.id for lt in p.output_ports] == [1, 2]
+
+
+# -- compile and execute ----------------------------------------------------------------------
+
+
+async def test_mlp_compiles_and_matches_numpy(engine, rng):
+    (p,) = mlp_graph().get_partitions()
+    cp = await p.compile(engine)
+    x, w, b = ints(rng, (8, 16)), ints(rng, (16, 12)), ints(rng, (12,))
+    ins = [await Tensor.from_numpy(lt, engine, a) for lt, a in zip(cp.inputs, (x, w, b))]
+    (out,) = [Tensor(lt, engine) for lt in cp.outputs]
+    stream = await engine.stream()
+    await cp.execute(stream, ins, [out])
+    np.testing.assert_array_equal(await out.to_numpy(), np.maximum(x @ w + b, 0))
+
+
+async def test_any_layout_becomes_opaque_and_unknown_dims_are_inferred(engine, rng):
+    x = f32(0, [2, 3, 8])
+    y = LogicalTensor(1, "f32", [-1, -1, -1], layout_type="any")
+    g = Graph("cpu")
+    g.add_op(Op(0, "StaticTranspose", [x], [y], {"order": [2, 0, 1]}))
+    (p,) = g.get_partitions()
+    assert p.infer_shape()[0].shape == (8, 2, 3)
+    cp = await p.compile(engine)
+    out_lt = cp.query_logical_tensor(1)
+    assert (out_lt.layout_type, out_lt.layout_id, out_lt.shape) == ("opaque", ROW_MAJOR, (8, 2, 3))
+    data = ints(rng, (2, 3, 8))
+    src = await Tensor.from_numpy(cp.inputs[0], engine, data)
+    dst = Tensor(out_lt, engine)
+    await cp.execute(await engine.stream(), [src], [dst])
+    np.testing.assert_array_equal(await dst.to_numpy(), data.transpose(2, 0, 1))
+    with pytest.raises(InvalidArgumentError, match="not a port"):
+        cp.query_logical_tensor(7)
+
+
+async def test_opaque_input_from_another_library_is_refused(engine):
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    (p,) = g.get_partitions()
+    foreign = LogicalTensor(0, "f32", [4], layout_type="opaque", layout_id=77)
+    with pytest.raises(InvalidArgumentError, match="layout_id 77"):
+        await p.compile(engine, [foreign], None)
+
+
+async def test_compile_checks_ports_and_shapes(engine):
+    (p,) = mlp_graph().get_partitions()
+    with pytest.raises(InvalidArgumentError, match="lack logical tensor ids \\[2\\]"):
+        await p.compile(engine, [f32(0, [8, 16]), f32(1, [16, 12])], None)
+    with pytest.raises(ShapeInferenceError):
+        await p.compile(engine, [f32(0, [8, 15]), f32(1, [16, 12]), f32(2, [12])], None)
+    unknown = LogicalTensor(0, "f32", [-1, 16], layout_type="strided")
+    with pytest.raises(ShapeInferenceError, match="input logical tensor 0"):
+        await p.compile(engine, [unknown, f32(1, [16, 12]), f32(2, [12])], None)
+
+
+async def test_new_input_shapes_at_compile_time(engine, rng):
+    (p,) = mlp_graph().get_partitions()
+    cp = await p.compile(engine, [f32(0, [3, 16]), f32(1, [16, 5]), f32(2, [5])], None)
+    out_lt = cp.query_logical_tensor(5)
+    assert (out_lt.shape, out_lt.strides) == ((3, 5), (5, 1))
+    x, w, b = ints(rng, (3, 16)), ints(rng, (16, 5)), ints(rng, (5,))
+    ins = [await Tensor.from_numpy(lt, engine, a) for lt, a in zip(cp.inputs, (x, w, b))]
+    out = Tensor(cp.outputs[0], engine)
+    await cp.execute(await engine.stream(), ins, [out])
+    np.testing.assert_array_equal(await out.to_numpy(), np.maximum(x @ w + b, 0))
+
+
+async def test_execute_checks_tensors(engine, rng):
+    (p,) = mlp_graph().get_partitions()
+    cp = await p.compile(engine)
+    ins = [Tensor(lt, engine) for lt in cp.inputs]
+    out = Tensor(cp.outputs[0], engine)
+    stream = await engine.stream()
+    with pytest.raises(InvalidArgumentError, match="lack a tensor for logical tensor 2"):
+        cp.execute(stream, ins[:2], [out])
+    wrong = Tensor(f32(2, [13]), engine)
+    with pytest.raises(triodnn.ArgumentMismatchError, match="logical tensor 2"):
+        cp.execute(stream, ins[:2] + [wrong], [out])
+    with pytest.raises(InvalidArgumentError, match="not its ports"):
+        cp.execute(stream, ins + [Tensor(f32(9, [1]), engine)], [out])
+
+
+async def test_out_of_order_execution_equals_in_order(engine, rng):
+    """A diamond (two branches from one input) on an out-of-order stream: each primitive waits
+    only for its producers, and the result is the in-order one exactly."""
+    g = Graph("cpu")
+    x = f32(0, [64, 64])
+    g.add_op(Op(0, "Exp", [x], [f32(1, [64, 64])]))
+    g.add_op(Op(1, "Tanh", [x], [f32(2, [64, 64])]))
+    g.add_op(Op(2, "Multiply", [f32(1, [64, 64]), f32(2, [64, 64])], [f32(3, [64, 64])]))
+    g.add_op(Op(3, "ReLU", [f32(3, [64, 64])], [f32(4, [64, 64])]))
+    (p,) = g.get_partitions()
+    cp = await p.compile(engine)
+    data = rng.standard_normal((64, 64)).astype(np.float32)
+    src = await Tensor.from_numpy(cp.inputs[0], engine, data)
+    results = []
+    for flags in (StreamFlags.in_order, StreamFlags.out_of_order):
+        out = Tensor(cp.outputs[0], engine)
+        await cp.execute(await engine.stream(flags), [src], [out])
+        results.append(await out.to_numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], np.maximum(np.exp(data) * np.tanh(data), 0), rtol=1e-5)
+
+
+async def test_bf16_matmul_and_boolean_select(engine, rng):
+    """Data types the f32 kernels do not take run through reorders to and from f32."""
+    a, b = LogicalTensor(0, "bf16", [4, 8], layout_type="strided"), LogicalTensor(1, "bf16", [8, 6], layout_type="strided")
+    mm = LogicalTensor(2, "f32", [4, 6], layout_type="strided")
+    cond = LogicalTensor(3, "boolean", [1, 6], layout_type="strided")
+    fill = LogicalTensor(4, "f32", [1], layout_type="strided")
+    out = LogicalTensor(5, "bf16", [4, 6], layout_type="strided")
+    g = Graph("cpu")
+    g.add_op(Op(0, "MatMul", [a, b], [mm]))
+    g.add_op(Op(1, "Select", [cond, mm, fill], [out]))
+    (p,) = g.get_partitions()
+    cp = await p.compile(engine)
+    x, w = ints(rng, (4, 8)), ints(rng, (8, 6))
+    c = np.array([[True, False, True, True, False, False]])
+    arrays = {0: x, 1: w, 3: c, 4: np.array([-1.5], np.float32)}
+    ins = [await Tensor.from_numpy(lt, engine, arrays[lt.id]) for lt in cp.inputs]
+    dst = Tensor(cp.outputs[0], engine)
+    await cp.execute(await engine.stream(), ins, [dst])
+    np.testing.assert_array_equal(await dst.to_numpy(), np.where(c, x @ w, -1.5))
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+def test_json_round_trip_of_an_example():
+    g = load(EXAMPLES / "sdpa.json")
+    document = to_dict(g)
+    again = from_dict(json.loads(json.dumps(document)))
+    assert to_dict(again) == document
+    assert [op.kind for op in again.ops] == ["MatMul", "Multiply", "Add", "SoftMax", "MatMul"]
+    assert again.ops[0].attrs["transpose_b"] is True
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{", "malformed graph JSON"),
+    ("[]", "JSON object"),
+    ('{"graph": 3}', "'graph' list"),
+    ('{"graph": [{"id": 0}]}', "graph\\[0\\] lacks 'kind'"),
+    ('{"graph": [{"id": 0, "kind": "ReLU", "attrs": {"x": {"type": "s64"}}}]}', "graph\\[0\\].attrs.x"),
+    ('{"graph": [{"id": 0, "kind": "SoftMax", "attrs": {"axis": {"type": "s64", "value": "1"}}}]}',
+     "not a s64"),
+    ('{"graph": [{"id": 0, "kind": "ReLU", "inputs": [{"id": 0}]}]}', "graph\\[0\\].inputs\\[0\\] lacks dtype"),
+    ('{"graph": [{"id": 0, "kind": "ReLU", "inputs": [{"id": 0, "dtype": "f32", "shape": 7}]}]}',
+     "graph\\[0\\].inputs\\[0\\]"),
+])
+def test_malformed_json_is_a_typed_error(text, needle):
+    with pytest.raises(InvalidGraphError, match=needle):
+        load(text)
+
+
+def test_json_rejects_duplicate_ids_and_conflicting_tensors():
+    doc = to_dict(mlp_graph())
+    dup = json.loads(json.dumps(doc))
+    dup["graph"][1]["id"] = 0
+    with pytest.raises(InvalidGraphError, match="op id 0"):
+        from_dict(dup)
+    conflict = json.loads(json.dumps(doc))
+    conflict["graph"][1]["inputs"][0]["shape"] = [8, 99]
+    with pytest.raises(InvalidGraphError, match="logical tensor 3"):
+        from_dict(conflict)
+
+
+def test_missing_file_is_a_typed_error(tmp_path):
+    with pytest.raises(InvalidGraphError, match="cannot read graph file"):
+        load(tmp_path / "absent.json")
