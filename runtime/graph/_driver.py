@@ -143,6 +143,8 @@ def _role(graph: Graph, lt: LogicalTensor) -> str | None:
         index = [t.id for t in op.inputs].index(lt.id)
         if op.kind == "Divide" and index == 1:
             return "divisor"
+        if op.kind == "Multiply" and lt.numel == 1:
+            return "scale"  # attention's 1/sqrt(d): a power of two keeps the scores exact
         if op.kind == "BatchNormInference" and index == 4:
             return "variance"
         if op.kind in ("Add",) and op.inputs[0].shape and lt.shape is not None and any(
