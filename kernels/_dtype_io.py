@@ -16,8 +16,9 @@ destination type's conversion:
 * boolean (oneDNN Graph's, one byte): loads give 1.0 for any nonzero byte, 0.0 otherwise; stores
   write ``value != 0`` as 1 or 0 (NaN is nonzero: 1).
 
-The conversions are those of ``reorder.py`` (copied, not imported: the reorder generator is
-maintained separately), plus boolean. Pure: strings and numpy arrays only.
+Every generator converts through these helpers: eltwise, binary, sum, concat, matmul, softmax,
+reduction, pooling, the normalizations, convolution and reorder (whose conversions they once
+copied). Pure: strings and numpy arrays only.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ Both paths apply a post-op chain (see ``_post_ops``) to ``acc + bias`` before th
 element on the per-position path, on the float16 of 16 outputs on the row-vector path. Binary
 operands broadcast to dst (e.g. ``(1, OC, 1, 1)`` per channel) and are extra kernel arguments
 between bias and dst.
+
+``src``, ``weights``, ``bias`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32
+math, as oneDNN's bf16/f16 convolutions accumulate in f32): both paths convert each element to
+float as they load it, keeping their register blocking, and convert to dst's type as they store.
+Binary post-op operands are f32. The all-f32 kernels are the plain ones.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import math
 
 import numpy as np
 
-from . import _post_ops
+from . import _dtype_io, _post_ops
 from ._spec import KernelConfig, KernelSpec, padded_global
 
 
@@ -61,8 +66,16 @@ def generate(
     groups: int,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    wei_dtype: str = "f32",
+    bias_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """``post_ops``: a validated chain, applied to ``acc + bias`` before the store."""
+    """``post_ops``: a validated chain, applied to ``acc + bias`` before the store.
+    ``*_dtype``: storage types (``_dtype_io.DTYPES``), the math f32 either way."""
+    dtypes = {"src": src_dtype, "weights": wei_dtype, "bias": bias_dtype, "dst": dst_dtype}
+    for name, dtype in dtypes.items():
+        _dtype_io.check_dtype(name, dtype)
     nsp = len(src_dims) - 2
     n, c = src_dims[:2]
     oc = wei_dims[0]
@@ -102,11 +115,11 @@ def generate(
             lines.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
         src_off = " + ".join(f"i{a} * {ss[2 + i]}L" for i, a in enumerate(axes))
         wei_off = " + ".join(f"k{a} * {ws[2 + i]}L" for i, a in enumerate(axes))
-        lines.append(f"{indent}const float x = src_c[{src_off}];")
+        lines.append(f"{indent}const float x = {_dtype_io.load(src_dtype, 'src_c', src_off)};")
         lines.append(f"{indent}const long wk = {wei_off};")
         for j in range(ocb):
             guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
-            lines.append(f"{indent}{guard}acc{j} += x * wei_c[{j * ws[0]}L + wk];")
+            lines.append(f"{indent}{guard}acc{j} += x * {_dtype_io.load(wei_dtype, 'wei_c', f'{j * ws[0]}L + wk')};")
         for _ in axes:
             indent = indent[:-4]
             lines.append(f"{indent}}}")
@@ -117,17 +130,17 @@ def generate(
         stores = []
         for j in range(ocb):
             guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
-            bias = f" + bias[(gc + {j}) * {bias_strides[0]}L]" if has_bias else ""
+            bias = f" + {_dtype_io.load(bias_dtype, 'bias', f'(gc + {j}) * {bias_strides[0]}L')}" if has_bias else ""
             od = f"off_d + (gc + {j}) * {ds[1]}L"
-            chain = _post_ops.apply_scalar(post_ops, "v", od, {
+            chain = _dtype_io.apply_post_ops_scalar(post_ops, "v", od, {
                 name: f"off_{name} + (gc + {j}) * {s[1]}L" for name, s in po_strides.items()
-            })
-            stores.append(f"        {guard}{{ float v = acc{j}{bias}; {chain} dst[{od}] = v; }}")
+            }, dst_dtype)
+            stores.append(f"        {guard}{{ float v = acc{j}{bias}; {chain} {_dtype_io.store(dst_dtype, 'dst', od, 'v')} }}")
         return f"""
         {accs}
         for (long ic = 0; ic < {icg}L; ++ic) {{
-            __global const float* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
-            __global const float* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
+            __global const {_dtype_io.STORAGE[src_dtype]}* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
+            __global const {_dtype_io.STORAGE[wei_dtype]}* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
 {window(check_oc)}
         }}
 {chr(10).join(stores)}"""
@@ -140,13 +153,18 @@ def generate(
     else:
         body = f"    {{{block(False)}\n    }}"
 
-    bias_param = " __global const float* bias," if has_bias else ""
+    bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
+    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
+    helpers = _dtype_io.functions(loads=loads, stores=(dst_dtype,))
+    src_param = _dtype_io.param(src_dtype, "src", const=True)
+    wei_param = _dtype_io.param(wei_dtype, "wei", const=True)
+    dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
     if config.vector_width >= 16 and ss[-1] == 1 and strides[-1] == 1 and osp[-1] >= ROW_VECTOR:
         return _row_vector(
             nsp=nsp, n=n, icg=icg, ocg=ocg, groups=groups, ksz=ksz, isp=isp, osp=osp, ss=ss, ws=ws, ds=ds,
             bias_strides=bias_strides, strides=strides, padding_l=padding_l, dilation=dilation,
             bias_param=bias_param + po_params, config=config, post_ops=post_ops, po_strides=po_strides,
-            args=args,
+            args=args, dtypes=dtypes, helpers=helpers, params=(src_param, wei_param, dst_param),
         )
     local = max(1, min(config.local_size, npos))
     po_offsets = "".join(
@@ -155,8 +173,8 @@ def generate(
         + ";"
         for name, s in po_strides.items()
     )
-    source = _post_ops.functions(post_ops) + f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}{po_params}
-                              __global float* dst) {{
+    source = helpers + _post_ops.functions(post_ops) + f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}{po_params}
+                              {dst_param}) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {npos}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
     const long g = (long)(gb / {nblk}UL);
@@ -183,7 +201,7 @@ ROWS_TIMES_CHANNELS = 8  # rows x channels per work-item on the row-vector path:
 
 
 def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_strides, strides, padding_l,
-                dilation, bias_param, config, post_ops, po_strides, args) -> KernelSpec:
+                dilation, bias_param, config, post_ops, po_strides, args, dtypes, helpers, params) -> KernelSpec:
     """CPU path: 16 consecutive output positions along the innermost axis as one float16 per channel.
 
     Needs src contiguous along that axis and stride 1 there, so each window tap is 16 contiguous src
@@ -234,10 +252,12 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
         for name, s in po_strides.items()
     )
 
-    def lanes(pointer: str, stride: int) -> str:
+    src_dtype, wei_dtype, bias_dtype, dst_dtype = (dtypes[k] for k in ("src", "weights", "bias", "dst"))
+
+    def lanes(pointer: str, stride: int, dtype: str = "f32") -> str:
         if stride == 0:
             return f"((float16)({pointer}[0]))"
-        return "((float16)(" + ", ".join(f"{pointer}[{t * stride}L]" for t in range(tw)) + "))"
+        return "((float16)(" + ", ".join(_dtype_io.load(dtype, pointer, f"{t * stride}L") for t in range(tw)) + "))"
 
     def taps(check_oc: bool, rr: int) -> str:
         lines = []
@@ -250,17 +270,20 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             lines.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
         src_off = "".join(f" + i{a} * {ss[2 + i]}L" for i, a in enumerate(oa))
         wei_off = "".join(f" + k{a} * {ws[2 + i]}L" for i, a in enumerate(oa))
-        lines.append(f"{indent}__global const float* row = src_c{src_off} + ow0 - {pw}L;")
-        lines.append(f"{indent}__global const float* wrow = wei_c{wei_off};")
+        lines.append(f"{indent}__global const {_dtype_io.STORAGE[src_dtype]}* row = src_c{src_off} + ow0 - {pw}L;")
+        lines.append(f"{indent}__global const {_dtype_io.STORAGE[wei_dtype]}* wrow = wei_c{wei_off};")
         for k in range(kw_n):
-            plain = ", ".join(f"row[{k * dw + t}]" for t in range(tw))
-            sel = ", ".join(f"((ulong)(b{k} + {t}L) < {iw}UL ? row[{k * dw + t}] : 0.0f)" for t in range(tw))
+            plain = ", ".join(_dtype_io.load(src_dtype, "row", f"{k * dw + t}") for t in range(tw))
+            sel = ", ".join(
+                f"((ulong)(b{k} + {t}L) < {iw}UL ? {_dtype_io.load(src_dtype, 'row', f'{k * dw + t}')} : 0.0f)"
+                for t in range(tw)
+            )
             lines.append(f"{indent}{{")
             lines.append(f"{indent}    float16 x;")
             lines.append(f"{indent}    if (full{k}) x = (float16)({plain});")
             lines.append(f"{indent}    else x = (float16)({sel});")
             for j in range(ocb):
-                w = f"wrow[{j * ws[0] + k * ws[-1]}L]"
+                w = _dtype_io.load(wei_dtype, "wrow", f"{j * ws[0] + k * ws[-1]}L")
                 if check_oc and j:
                     w = f"(oc0 + {j} < {ocg}L ? {w} : 0.0f)"
                 lines.append(f"{indent}    acc{j}_{rr} += x * {w};")
@@ -276,30 +299,32 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
         for j, rr in ((j, rr) for j in range(ocb) for rr in range(th)):
             conds = ([f"oc0 + {j} < {ocg}L"] if check_oc and j else []) + ([f"o{oa[-1]} + {rr}L >= hs0"] if th > 1 else [])
             guard = f"if ({' && '.join(conds)}) " if conds else ""
-            bias = f" + bias[(gc + {j}) * {bias_strides[0]}L]" if has_bias else ""
+            bias = f" + {_dtype_io.load(bias_dtype, 'bias', f'(gc + {j}) * {bias_strides[0]}L')}" if has_bias else ""
             base = f"off_d + (gc + {j}) * {ds[1]}L" + (f" + {rr * ds[-2]}L" if rr else "")
-            plain = " ".join(f"d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
-            part = " ".join(f"if (ow0 + {t}L >= ws0) d[{t * ds[-1]}L] = v.s{t:x};" for t in range(tw))
+            plain = " ".join(_dtype_io.store(dst_dtype, "d", f"{t * ds[-1]}L", f"v.s{t:x}") for t in range(tw))
+            part = " ".join(
+                f"if (ow0 + {t}L >= ws0) {_dtype_io.store(dst_dtype, 'd', f'{t * ds[-1]}L', f'v.s{t:x}')}" for t in range(tw)
+            )
             operands = "".join(
                 f" __global const float* q_{name} = {name} + off_{name} + (gc + {j}) * {s[1]}L"
                 + (f" + {rr * s[-2]}L" if rr and nsp >= 2 else "") + ";"
                 for name, s in po_strides.items()
             )
             chain = _post_ops.apply(
-                post_ops, "v", "float16", lanes("d", ds[-1]),
+                post_ops, "v", "float16", lanes("d", ds[-1], dst_dtype),
                 lambda name: lanes(f"q_{name}", po_strides[name][-1]),
             )
             chain = f"\n            {operands.strip()} {chain}" if post_ops else ""
             stores.append(
-                f"        {guard}{{ __global float* d = dst + {base}; float16 v = acc{j}_{rr}{bias};{chain}\n"
+                f"        {guard}{{ __global {_dtype_io.STORAGE[dst_dtype]}* d = dst + {base}; float16 v = acc{j}_{rr}{bias};{chain}\n"
                 f"            if (ow0 == ws0) {{ {plain} }}\n"
                 f"            else {{ {part} }} }}"
             )
         return f"""
         {accs}
         for (long ic = 0; ic < {icg}L; ++ic) {{
-            __global const float* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
-            __global const float* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
+            __global const {_dtype_io.STORAGE[src_dtype]}* src_c = src + off_s + (g * {icg}L + ic) * {ss[1]}L;
+            __global const {_dtype_io.STORAGE[wei_dtype]}* wei_c = wei + gc * {ws[0]}L + ic * {ws[1]}L;
 {chr(10).join(taps(check_oc, rr) for rr in range(th))}
         }}
 {chr(10).join(stores)}"""
@@ -311,8 +336,9 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     else:
         body = f"    {{{block(False)}\n    }}"
     local = max(1, min(config.local_size, nwork))
-    source = _post_ops.functions(post_ops, ("float16",)) + f"""__kernel void convolution_fwd(__global const float* src, __global const float* wei,{bias_param}
-                              __global float* dst) {{
+    src_param, wei_param, dst_param = params
+    source = helpers + _post_ops.functions(post_ops, ("float16",)) + f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}
+                              {dst_param}) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {nwork}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
     const long g = (long)(gb / {nblk}UL);
@@ -348,15 +374,19 @@ def reference(
     post_ops: tuple = (),
     old_dst: np.ndarray | None = None,
     operands=None,
+    dst_dtype: str = "f32",
 ) -> np.ndarray:
     """The convolution in float64 (returned as float32): one einsum per kernel offset.
+
+    ``src``, ``weights`` and ``bias`` hold user-facing values of any data type (bf16 as float32);
+    the result is stored as ``dst_dtype`` (``_dtype_io.store_reference``).
 
     ``weights`` is (OC, IC/groups, k...); ``dilation`` is a plain factor (1 = none). The result
     times ``output_scale``, then ``post_ops``, follow as ``_post_ops.scaled_reference`` (``old_dst``
     for sum post-ops, ``operands`` for binary ones).
     """
-    x = np.asarray(src, np.float64)
-    w = np.asarray(weights, np.float64)
+    x = _dtype_io.widen(src)
+    w = _dtype_io.widen(weights)
     nsp = x.ndim - 2
     s = tuple(strides or (1,) * nsp)
     pl = tuple(padding_l or (0,) * nsp)
@@ -377,5 +407,6 @@ def reference(
         y += np.einsum("ngc...,goc->ngo...", xp[window], wg[(Ellipsis,) + koff])
     y = y.reshape((n, oc) + osp)
     if bias is not None:
-        y = y + np.asarray(bias, np.float64).reshape((1, oc) + (1,) * nsp)
-    return _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
+        y = y + _dtype_io.widen(bias).reshape((1, oc) + (1,) * nsp)
+    y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
+    return _dtype_io.store_reference(y, dst_dtype)

@@ -27,6 +27,10 @@ store; a sum post-op reads dst just before that same element is written (in plac
 
 Kernel arguments, in order, of those present: src, scale, shift, mean, variance, the post-op
 operands ``post_op_{i}_src1``, dst.
+
+``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32 math: loads convert to
+float, the store converts to dst's type); scale, shift, mean and variance are f32, as oneDNN's,
+and so are post-op operands. The all-f32 kernels are the plain ones.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import _post_ops
+from . import _dtype_io, _post_ops
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
 
 _F32_EPS = float(np.finfo(np.float32).eps)
@@ -68,6 +72,15 @@ def _sum_step(term: str, acc: str, comp: str) -> str:
     )
 
 
+def _params(args: list[str], dtypes: dict[str, str], outputs: tuple[str, ...]) -> str:
+    """Kernel parameters of ``args``: ``dtypes`` gives src's and dst's storage, the rest are f32."""
+    return ", ".join(_dtype_io.param(dtypes.get(a, "f32"), a, const=a not in outputs) for a in args)
+
+
+def _helpers(src_dtype: str, dst_dtype: str) -> str:
+    return _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+
+
 def generate_layer(
     *,
     dims: tuple[int, ...],
@@ -82,12 +95,17 @@ def generate_layer(
     rms: bool = False,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
     """Layer (or, with ``rms``, RMS) normalization over ``axis``; statistics outputs where given.
 
     ``mean_strides``/``variance_strides`` are of the stats tensor (dims without ``axis``).
     ``post_ops``: a validated chain applied to each output before its store.
+    ``src_dtype``/``dst_dtype``: storage types, the math f32.
     """
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     n = dims[axis]
     other_dims = dims[:axis] + dims[axis + 1:]
     rows = math.prod(other_dims)
@@ -101,7 +119,7 @@ def generate_layer(
     tensors.update({name: st[:axis] + st[axis + 1:] for name, st in po_strides.items()})
     offsets = index_code(other_dims, tensors, "row")
     ss, ds = src_strides[axis], dst_strides[axis]
-    x_at = f"src[off_src + k * {ss}UL]"
+    x_at = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
     eps = c_float(epsilon)
     lines = []
     if rms:
@@ -132,11 +150,13 @@ def generate_layer(
         expr = f"({expr}) * {scale_ref}"
     if shift_ref:
         expr = f"{expr} + {shift_ref}"
-    chain = _post_ops.apply_scalar(
+    chain = _dtype_io.apply_post_ops_scalar(
         post_ops, "y", f"off_dst + k * {ds}UL",
         {name: f"off_{name} + k * {st[axis]}UL" for name, st in po_strides.items()},
+        dst_dtype,
     )
-    lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ float y = {expr}; {chain} dst[off_dst + k * {ds}UL] = y; }}")
+    store = _dtype_io.store(dst_dtype, "dst", f"off_dst + k * {ds}UL", "y")
+    lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ float y = {expr}; {chain} {store} }}")
 
     args = ["src"]
     if scale_stride is not None:
@@ -150,12 +170,10 @@ def generate_layer(
     args += list(po_strides)
     args.append("dst")
     name = "rmsnorm_fwd" if rms else "lnorm_fwd"
-    params = ", ".join(
-        f"__global {'' if a in ('dst', 'mean', 'variance') else 'const '}float* {a}" for a in args
-    )
+    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst", "mean", "variance"))
     body = "\n    ".join(lines)
     # No restrict: in place, src and dst are one buffer.
-    source = _post_ops.functions(post_ops) + f"""__kernel void {name}({params}) {{
+    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void {name}({params}) {{
     const ulong row = get_global_id(0);
     if (row >= {rows}UL) return;
     {offsets}
@@ -184,9 +202,14 @@ def generate_batch(
     shift_stride: int | None,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
     """Batch normalization inference over channel dim 1, one work-item per element; ``post_ops``
-    (a validated chain) applied to each output before its store."""
+    (a validated chain) applied to each output before its store. ``src_dtype``/``dst_dtype``:
+    storage types, the math f32."""
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     elems = math.prod(dims)
     local = config.local_size
     po_strides = _post_ops.operand_strides(post_ops, len(dims))
@@ -207,24 +230,26 @@ def generate_batch(
     sm = f"1.0f / sqrt(variance[c * {variance_stride}UL] + {c_float(epsilon)})"
     if scale_stride is not None:
         sm = f"scale[c * {scale_stride}UL] / sqrt(variance[c * {variance_stride}UL] + {c_float(epsilon)})"
-    expr = f"sm * (src[off_src] - mean[c * {mean_stride}UL])"
+    expr = f"sm * ({_dtype_io.load(src_dtype, 'src', 'off_src')} - mean[c * {mean_stride}UL])"
     if shift_stride is not None:
         expr = f"{expr} + shift[c * {shift_stride}UL]"
     lines.append(f"const float sm = {sm};")
     lines.append(f"float y = {expr};")
-    chain = _post_ops.apply_scalar(post_ops, "y", "off_dst", {name: f"off_{name}" for name in po_strides})
+    chain = _dtype_io.apply_post_ops_scalar(
+        post_ops, "y", "off_dst", {name: f"off_{name}" for name in po_strides}, dst_dtype
+    )
     if chain:
         lines.append(chain)
-    lines.append("dst[off_dst] = y;")
+    lines.append(_dtype_io.store(dst_dtype, "dst", "off_dst", "y"))
     args = ["src"]
     if scale_stride is not None:
         args.append("scale")
     if shift_stride is not None:
         args.append("shift")
     args += ["mean", "variance", *po_strides, "dst"]
-    params = ", ".join(f"__global {'' if a == 'dst' else 'const '}float* {a}" for a in args)
+    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst",))
     body = "\n    ".join(lines)
-    source = _post_ops.functions(post_ops) + f"""__kernel void bnorm_fwd({params}) {{
+    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void bnorm_fwd({params}) {{
     const ulong i = get_global_id(0);
     if (i >= {elems}UL) return;
     {body}
@@ -251,9 +276,14 @@ def generate_group(
     shift_stride: int | None,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
     """Group normalization, one work-item per (n, group): stats over the group, then write;
-    ``post_ops`` (a validated chain) applied to each output before its store."""
+    ``post_ops`` (a validated chain) applied to each output before its store.
+    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     N, C = dims[0], dims[1]
     cg = C // groups
     spatial = list(range(2, len(dims)))
@@ -285,7 +315,7 @@ def generate_group(
         return "\n    ".join(opens + [body(offset), "}" * len(opens)])
 
     def value(ps: str) -> str:
-        v = f"(src[{ps}] - m) * inv"
+        v = f"({_dtype_io.load(src_dtype, 'src', ps)} - m) * inv"
         if scale_stride is not None:
             v = f"({v}) * scale[c * {scale_stride}UL]"
         if shift_stride is not None:
@@ -293,14 +323,20 @@ def generate_group(
         return v
 
     def store(offset: dict[str, str]) -> str:
-        chain = _post_ops.apply_scalar(
-            post_ops, "y", offset["d"], {name: offset[key] for name, key in operand_keys.items()}
+        chain = _dtype_io.apply_post_ops_scalar(
+            post_ops, "y", offset["d"], {name: offset[key] for name, key in operand_keys.items()}, dst_dtype
         )
-        return f"{{ float y = {value(offset['s'])}; {chain} dst[{offset['d']}] = y; }}"
+        return f"{{ float y = {value(offset['s'])}; {chain} {_dtype_io.store(dst_dtype, 'dst', offset['d'], 'y')} }}"
 
     src_only = {"s": src_strides}
-    pass1 = loops(lambda o: f"{{ const float x = src[{o['s']}]; {_sum_step('x', 's', 's_c')} }}", src_only)
-    pass2 = loops(lambda o: f"{{ const float d = src[{o['s']}] - m; {_sum_step('d * d', 'q', 'q_c')} }}", src_only)
+    pass1 = loops(
+        lambda o: f"{{ const float x = {_dtype_io.load(src_dtype, 'src', o['s'])}; {_sum_step('x', 's', 's_c')} }}",
+        src_only,
+    )
+    pass2 = loops(
+        lambda o: f"{{ const float d = {_dtype_io.load(src_dtype, 'src', o['s'])} - m; {_sum_step('d * d', 'q', 'q_c')} }}",
+        src_only,
+    )
     pass3 = loops(store, {"s": src_strides, "d": dst_strides,
                           **{operand_keys[name]: st for name, st in po_strides.items()}})
     operand_bases = "".join(
@@ -313,8 +349,8 @@ def generate_group(
         args.append("shift")
     args += list(po_strides)
     args.append("dst")
-    params = ", ".join(f"__global {'' if a == 'dst' else 'const '}float* {a}" for a in args)
-    source = _post_ops.functions(post_ops) + f"""__kernel void gnorm_fwd({params}) {{
+    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst",))
+    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void gnorm_fwd({params}) {{
     const ulong i = get_global_id(0);
     if (i >= {items}UL) return;
     const ulong g = i % {groups}UL;
@@ -343,7 +379,9 @@ def generate_group(
 
 
 # References, float64, returned as float32. Each takes the post-op keywords of ``_post_ops``'s
-# ``scaled_reference`` (``output_scale``, ``post_ops``, ``old_dst``, ``operands``) for its dst.
+# ``scaled_reference`` (``output_scale``, ``post_ops``, ``old_dst``, ``operands``) for its dst, and
+# ``dst_dtype``: dst's values are stored as that type (``_dtype_io.store_reference``). ``src`` may
+# hold user-facing values of any data type (bf16 as float32).
 
 def _affine_ref(y, scale, shift, shape):
     if scale is not None:
@@ -354,9 +392,9 @@ def _affine_ref(y, scale, shift, shape):
 
 
 def layer_reference(src, *, axis=-1, epsilon=1e-5, scale=None, shift=None,
-                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None, dst_dtype="f32"):
     """(dst, mean, variance) of layer normalization over ``axis``."""
-    x = np.asarray(src, np.float64)
+    x = _dtype_io.widen(src)
     axis = axis % x.ndim
     m = x.mean(axis=axis, keepdims=True)
     v = ((x - m) ** 2).mean(axis=axis, keepdims=True)
@@ -365,33 +403,36 @@ def layer_reference(src, *, axis=-1, epsilon=1e-5, scale=None, shift=None,
     shape[axis] = x.shape[axis]
     y = _affine_ref(y, scale, shift, shape)
     y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
-    return (y, np.squeeze(m, axis).astype(np.float32),
+    return (_dtype_io.store_reference(y, dst_dtype), np.squeeze(m, axis).astype(np.float32),
             np.squeeze(v, axis).astype(np.float32))
 
 
-def rms_reference(src, *, epsilon=1e-5, scale=None, output_scale=1.0, post_ops=(), old_dst=None, operands=None):
-    x = np.asarray(src, np.float64)
+def rms_reference(src, *, epsilon=1e-5, scale=None, output_scale=1.0, post_ops=(), old_dst=None, operands=None,
+                  dst_dtype="f32"):
+    x = _dtype_io.widen(src)
     ms = (x * x).mean(axis=-1, keepdims=True)
     y = x / np.sqrt(ms + float(np.float32(epsilon)))
     y = _affine_ref(y, scale, None, [1] * (x.ndim - 1) + [x.shape[-1]]).astype(np.float32)
-    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    y = _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    return _dtype_io.store_reference(y, dst_dtype)
 
 
 def batch_reference(src, mean, variance, *, epsilon=1e-5, scale=None, shift=None,
-                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
-    x = np.asarray(src, np.float64)
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None, dst_dtype="f32"):
+    x = _dtype_io.widen(src)
     shape = [1] * x.ndim
     shape[1] = x.shape[1]
     m = np.asarray(mean, np.float64).reshape(shape)
     v = np.asarray(variance, np.float64).reshape(shape)
     y = (x - m) / np.sqrt(v + float(np.float32(epsilon)))
     y = _affine_ref(y, scale, shift, shape).astype(np.float32)
-    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    y = _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    return _dtype_io.store_reference(y, dst_dtype)
 
 
 def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None,
-                    output_scale=1.0, post_ops=(), old_dst=None, operands=None):
-    x = np.asarray(src, np.float64)
+                    output_scale=1.0, post_ops=(), old_dst=None, operands=None, dst_dtype="f32"):
+    x = _dtype_io.widen(src)
     n, c = x.shape[:2]
     g = x.reshape((n, groups, -1))
     m = g.mean(axis=2, keepdims=True)
@@ -400,4 +441,5 @@ def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None,
     shape = [1] * x.ndim
     shape[1] = c
     y = _affine_ref(y, scale, shift, shape).astype(np.float32)
-    return _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    y = _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
+    return _dtype_io.store_reference(y, dst_dtype)

@@ -14,6 +14,10 @@ inside the input is computed once (``lo``/``hi``), so the tap loops carry no bou
 kernel size (oneDNN's rule: padding counts as zeros). ``max`` ignores NaN inputs (ternaries, as
 reduction's max). Every window must hold at least one input element; the descriptor refuses
 geometries where one does not (oneDNN would write -FLT_MAX or divide by zero there).
+
+``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES``: f32 math, loads convert to
+float and the store converts to dst's type (max of one type is exact: it stores a loaded value).
+The all-f32 kernel is the plain one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import math
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec, c_float, padded_global
 
 ALGORITHMS: tuple[str, ...] = ("max", "avg_include_padding", "avg_exclude_padding")
@@ -70,10 +75,15 @@ def generate(
     padding_l: tuple[int, ...],
     dilation: tuple[int, ...],
     config: KernelConfig,
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """OpenCL source pooling ``src`` into ``dst``; geometry already validated by the descriptor."""
+    """OpenCL source pooling ``src`` into ``dst``; geometry already validated by the descriptor.
+    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     nsp = len(src_dims) - 2
     if not 1 <= nsp <= 3 or not len(kernel) == len(strides) == len(padding_l) == len(dilation) == nsp:
         raise ValueError("pooling needs 1 to 3 spatial dims with one kernel/stride/padding/dilation each")
@@ -116,7 +126,7 @@ def generate(
         )
         closes.append("}")
         base = f"o{k}"
-    inner = f"{{ const float x = src[{base}]; {step} }}"
+    inner = f"{{ const float x = {_dtype_io.load(src_dtype, 'src', base)}; {step} }}"
     if alg == "max":
         result = "acc"
     elif alg == "avg_include_padding":
@@ -126,13 +136,14 @@ def generate(
         result = f"acc / (float)({count})"
     decode = "\n    ".join(lines)
     loop_code = "\n    ".join(loops + [inner, "".join(closes)])
-    source = f"""__kernel void pooling_fwd(__global const float* src, __global float* dst) {{
+    helpers = _dtype_io.functions(loads=(src_dtype,), stores=(dst_dtype,))
+    source = helpers + f"""__kernel void pooling_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
     const ulong i = get_global_id(0);
     if (i >= {outputs}UL) return;
     {decode}
     {init}
     {loop_code}
-    dst[off_dst] = {result};
+    {_dtype_io.store(dst_dtype, "dst", "off_dst", result)}
 }}
 """
     return KernelSpec(
@@ -154,11 +165,13 @@ def reference(
     padding_l,
     padding_r=None,
     dilation=None,
+    dst_dtype: str = "f32",
 ) -> np.ndarray:
-    """``alg`` pooling of ``src`` (N, C, spatial...) in float64, returned as float32."""
+    """``alg`` pooling of ``src`` (N, C, spatial...; user-facing values of any data type) in
+    float64, rounded to float32 and stored as ``dst_dtype``."""
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    x = np.asarray(src, dtype=np.float64)
+    x = _dtype_io.widen(src)
     nsp = x.ndim - 2
 
     def per_dim(value):  # an int means the same for every spatial dim, as the descriptor's
@@ -198,4 +211,4 @@ def reference(
         acc = acc / math.prod(kernel)
     elif alg == "avg_exclude_padding":
         acc = acc / count
-    return acc.astype(np.float32)
+    return _dtype_io.store_reference(acc.astype(np.float32), dst_dtype)

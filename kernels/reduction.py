@@ -16,6 +16,10 @@ eps-level threshold, and plain Kahan still lost 3-4 ulp on sums of mixed signs t
 Neumaier sum stays within about an ulp of the exact result. The build has no fast-math flags, so the compiler
 may not reassociate the compensation away. ``max``/``min`` ignore NaN inputs (ternaries, as
 binary's max/min), where numpy would propagate them.
+
+``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES``: elements convert to float as
+they are loaded (the accumulation stays f32) and the result converts to dst's type as it is
+stored. The all-f32 kernel is the plain one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 
 import numpy as np
 
+from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
 
 ALGORITHMS: tuple[str, ...] = ("sum", "mean", "max", "min", "mul", "l1", "l2")
@@ -57,10 +62,15 @@ def generate(
     dst_dims: tuple[int, ...],
     dst_strides: tuple[int, ...],
     config: KernelConfig,
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """OpenCL source reducing ``src`` into ``dst`` with ``alg``; ``dst`` dims as oneDNN's."""
+    """OpenCL source reducing ``src`` into ``dst`` with ``alg``; ``dst`` dims as oneDNN's.
+    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     axes = reduced_axes(src_dims, dst_dims)
     outputs = math.prod(dst_dims)
     count = math.prod(src_dims[a] for a in axes)
@@ -94,7 +104,7 @@ def generate(
         )
         closes.append("}")
         base = f"o{depth}"
-    inner = f"{{ const float {x} = src[{base}]; {step} }}"
+    inner = f"{{ const float {x} = {_dtype_io.load(src_dtype, 'src', base)}; {step} }}"
     loop_code = "\n    ".join(loops + [inner] + ["".join(closes)] if loops else [inner])
     if alg in _SUMMED:
         lines_after = "acc += comp;"
@@ -106,14 +116,15 @@ def generate(
         result = "sqrt(acc)"
     else:
         result = "acc"
-    source = f"""__kernel void reduction_fwd(__global const float* src, __global float* dst) {{
+    helpers = _dtype_io.functions(loads=(src_dtype,), stores=(dst_dtype,))
+    source = helpers + f"""__kernel void reduction_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
     const ulong i = get_global_id(0);
     if (i >= {outputs}UL) return;
     {offsets}
     {init}
     {loop_code}
     {lines_after}
-    dst[off_dst] = {result};
+    {_dtype_io.store(dst_dtype, "dst", "off_dst", result)}
 }}
 """
     return KernelSpec(
@@ -126,9 +137,10 @@ def generate(
     )
 
 
-def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...]) -> np.ndarray:
-    """``alg`` of ``src`` reduced to ``dst_dims`` (oneDNN convention) in float64, as float32."""
-    x = np.asarray(src, dtype=np.float64)
+def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...], *, dst_dtype: str = "f32") -> np.ndarray:
+    """``alg`` of ``src`` (user-facing values of any data type) reduced to ``dst_dims`` (oneDNN
+    convention) in float64, rounded to float32 and stored as ``dst_dtype``."""
+    x = _dtype_io.widen(src)
     axes = reduced_axes(tuple(x.shape), tuple(dst_dims))
     with np.errstate(all="ignore"):
         if alg == "sum":
@@ -147,4 +159,4 @@ def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...]) -> np.ndarra
             y = np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
         else:
             raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    return y.reshape(dst_dims).astype(np.float32)
+    return _dtype_io.store_reference(y.reshape(dst_dims).astype(np.float32), dst_dtype)

@@ -15,6 +15,12 @@ strides baked in.
 A post-op chain (see ``_post_ops``) applies to each softmax or logsoftmax value in the write pass.
 Softmax normally keeps ``exp(x - max)`` in dst between its passes; a chain with a sum post-op needs
 dst's old values there, so it recomputes ``exp`` in the write pass instead.
+
+``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32 math, as oneDNN's
+bf16/f16 softmax): loads convert to float, the write pass stores with dst's conversion. A dst other
+than f32 cannot hold ``exp(x - max)`` between passes without rounding it, so softmax recomputes
+``exp`` in the write pass there too. Non-f32 rows on the vector path load and store element by
+element into the same float16 math. The all-f32 kernels are the plain ones.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import math
 
 import numpy as np
 
-from . import _post_ops
+from . import _dtype_io, _post_ops
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, padded_global
 
 ALGORITHMS: tuple[str, ...] = ("softmax", "logsoftmax")
@@ -81,15 +87,20 @@ def generate(
     axis: int,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
     """OpenCL source for ``alg`` over ``axis`` (already normalised) from ``src`` into ``dst``.
 
-    ``src`` and ``dst`` may be one buffer: each row is read in full (pass 1) before any of it is
-    written, and later passes read only the element they then write (so a sum post-op in place
-    adds src). ``post_ops``: a validated chain applied to each result before its store.
+    ``src`` and ``dst`` may be one buffer (of one data type): each row is read in full (pass 1)
+    before any of it is written, and later passes read only the element they then write (so a sum
+    post-op in place adds src). ``post_ops``: a validated chain (binary operands f32) applied to
+    each result before its store. ``src_dtype``/``dst_dtype``: storage types, the math f32.
     """
     if alg not in ALGORITHMS:
         raise ValueError(f"unknown softmax algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    _dtype_io.check_dtype("src", src_dtype)
+    _dtype_io.check_dtype("dst", dst_dtype)
     if not 0 <= axis < len(dims):
         raise ValueError(f"axis {axis} out of range for {len(dims)}-D dims {dims}")
     n = dims[axis]
@@ -107,6 +118,8 @@ def generate(
     )
     # A sum post-op reads dst's old values in the write pass, so dst cannot hold exp(x - m) before it.
     sum_reads_dst = any(op[0] == "sum" for op in post_ops)
+    # Softmax keeps exp(x - m) in dst between passes only where dst holds it unrounded (f32).
+    recompute = sum_reads_dst or dst_dtype != "f32"
     vec = _row_vector_width(n, (other_src, other_dst), (src_strides[axis], dst_strides[axis]),
                             other_dims, config.vector_width)
 
@@ -118,17 +131,26 @@ def generate(
         # Pass 2 of softmax stores exp(x - m) in dst and pass 3 scales it, so exp is called once
         # per element (twice under a sum post-op); logsoftmax needs only the sum, and pass 3
         # recomputes from src.
-        if alg == "softmax" and not sum_reads_dst:
-            sum_body = f"const {T} e = exp(xs[k] - ({T})(m)); xd[k] = e; sv += e;"
+        # Chunk k of the row: through a vector pointer for f32, element by element otherwise.
+        xs_k = "xs[k]" if src_dtype == "f32" else _dtype_io.load_vector(src_dtype, "xs", "k", T, vec)
+        xd_k = "xd[k]" if dst_dtype == "f32" else _dtype_io.load_vector(dst_dtype, "xd", "k", T, vec)
+
+        def store_k(value: str) -> str:
+            if dst_dtype == "f32":
+                return f"xd[k] = {value};"
+            return _dtype_io.store_vector(dst_dtype, "xd", "k", T, vec, value)
+
+        if alg == "softmax" and not recompute:
+            sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; sv += e;"
             value = f"xd[k] * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = f"sv += exp(xs[k] - ({T})(m));"
-            value = f"exp(xs[k] - ({T})(m)) * ({T})(inv)"
+            sum_body = f"sv += exp({xs_k} - ({T})(m));"
+            value = f"exp({xs_k} - ({T})(m)) * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         else:
-            sum_body = f"sv += exp(xs[k] - ({T})(m));"
-            value = f"(xs[k] - ({T})(m)) - ({T})(log_s)"
+            sum_body = f"sv += exp({xs_k} - ({T})(m));"
+            value = f"({xs_k} - ({T})(m)) - ({T})(log_s)"
             finish = "const float log_s = log(s);"
 
         def operand(name: str) -> str:
@@ -139,16 +161,31 @@ def generate(
             lanes = ", ".join(f"{name}[off_{name} + k * {vec * stride}UL + {t * stride}UL]" for t in range(vec))
             return f"(({T})({lanes}))"
 
-        chain = _post_ops.apply(post_ops, "y", T, "xd[k]", operand)
-        write_body = f"{T} y = {value}; {chain} xd[k] = y;" if post_ops else f"xd[k] = {value};"
+        chain = _post_ops.apply(post_ops, "y", T, xd_k, operand)
+        if post_ops:
+            write_body = f"{T} y = {value}; {chain} {store_k('y')}"
+        elif dst_dtype == "f32":
+            write_body = f"xd[k] = {value};"
+        else:
+            write_body = f"const {T} y = {value}; {store_k('y')}"
         functions = _post_ops.functions(post_ops, (T,))
+        # Non-f32 rows are addressed through pointers of their storage type (arithmetic on a half
+        # pointer needs no cl_khr_fp16) and loaded element by element.
+        xs_decl = (
+            f"__global const {T}* xs = (__global const {T}*)(src + off_src);" if src_dtype == "f32"
+            else f"__global const {_dtype_io.STORAGE[src_dtype]}* xs = src + off_src;"
+        )
+        xd_decl = (
+            f"__global {T}* xd = (__global {T}*)(dst + off_dst);" if dst_dtype == "f32"
+            else f"__global {_dtype_io.STORAGE[dst_dtype]}* xd = dst + off_dst;"
+        )
         body = f"""
-    __global const {T}* xs = (__global const {T}*)(src + off_src);
-    __global {T}* xd = (__global {T}*)(dst + off_dst);
+    {xs_decl}
+    {xd_decl}
     float m, s;
     {{
         {T} mv = ({T})(-INFINITY);
-        for (ulong k = 0; k < {chunks}UL; ++k) {{ const {T} x = xs[k]; mv = x > mv ? x : mv; }}
+        for (ulong k = 0; k < {chunks}UL; ++k) {{ const {T} x = {xs_k}; mv = x > mv ? x : mv; }}
         {max_fold}
     }}
     {{
@@ -161,30 +198,32 @@ def generate(
         impl = f"ocl:row:v{vec}l{local}"
     else:
         ss, ds = src_strides[axis], dst_strides[axis]
-        if alg == "softmax" and not sum_reads_dst:
+        x_k = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
+        if alg == "softmax" and not recompute:
             sum_body = (
-                f"const float e = exp(src[off_src + k * {ss}UL] - m);"
+                f"const float e = exp({x_k} - m);"
                 f" dst[off_dst + k * {ds}UL] = e; s += e;"
             )
             value = f"dst[off_dst + k * {ds}UL] * inv"
             finish = "const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = f"s += exp(src[off_src + k * {ss}UL] - m);"
-            value = f"exp(src[off_src + k * {ss}UL] - m) * inv"
+            sum_body = f"s += exp({x_k} - m);"
+            value = f"exp({x_k} - m) * inv"
             finish = "const float inv = 1.0f / s;"
         else:
-            sum_body = f"s += exp(src[off_src + k * {ss}UL] - m);"
-            value = f"(src[off_src + k * {ss}UL] - m) - log_s"
+            sum_body = f"s += exp({x_k} - m);"
+            value = f"({x_k} - m) - log_s"
             finish = "const float log_s = log(s);"
-        chain = _post_ops.apply_scalar(
+        chain = _dtype_io.apply_post_ops_scalar(
             post_ops, "y", f"off_dst + k * {ds}UL",
             {name: f"off_{name} + k * {stride}UL" for name, stride in po_axis.items()},
+            dst_dtype,
         )
-        write_body = f"float y = {value}; {chain} dst[off_dst + k * {ds}UL] = y;"
+        write_body = f"float y = {value}; {chain} {_dtype_io.store(dst_dtype, 'dst', f'off_dst + k * {ds}UL', 'y')}"
         functions = _post_ops.functions(post_ops)
         body = f"""
     float m = -INFINITY;
-    for (ulong k = 0; k < {n}UL; ++k) {{ const float x = src[off_src + k * {ss}UL]; m = x > m ? x : m; }}
+    for (ulong k = 0; k < {n}UL; ++k) {{ const float x = {x_k}; m = x > m ? x : m; }}
     float s = 0.0f;
     for (ulong k = 0; k < {n}UL; ++k) {{ {sum_body} }}
     {finish}
@@ -193,8 +232,10 @@ def generate(
 
     # No restrict on the pointers: in place they are one buffer, and pass 2 writes it.
     source = (
-        functions
-        + f"__kernel void softmax_fwd(__global const float* src,{_post_ops.params(post_ops)} __global float* dst) {{\n"
+        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+        + functions
+        + f"__kernel void softmax_fwd({_dtype_io.param(src_dtype, 'src', const=True)},{_post_ops.params(post_ops)}"
+        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{\n"
         "    const ulong row = get_global_id(0);\n"
         f"    if (row >= {rows}UL) return;\n"
         f"    {offsets}"
@@ -220,11 +261,12 @@ def reference(
     post_ops: tuple = (),
     old_dst: np.ndarray | None = None,
     operands=None,
+    dst_dtype: str = "f32",
 ) -> np.ndarray:
-    """``alg`` of ``src`` over ``axis`` in float64, returned as float32; then times
-    ``output_scale`` and ``post_ops`` as ``_post_ops.scaled_reference`` (``old_dst`` for sum
-    post-ops, ``operands`` for binary ones)."""
-    x = np.asarray(src, dtype=np.float64)
+    """``alg`` of ``src`` (user-facing values of any data type) over ``axis`` in float64, rounded
+    to float32; then times ``output_scale`` and ``post_ops`` as ``_post_ops.scaled_reference``
+    (``old_dst`` for sum post-ops, ``operands`` for binary ones); stored as ``dst_dtype``."""
+    x = _dtype_io.widen(src)
     with np.errstate(all="ignore"):
         shifted = x - np.max(x, axis=axis, keepdims=True)
         log_sum = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
@@ -234,4 +276,5 @@ def reference(
             y = shifted - log_sum
         else:
             raise ValueError(f"unknown softmax algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    return _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
+    y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
+    return _dtype_io.store_reference(y, dst_dtype)

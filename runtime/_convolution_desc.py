@@ -8,7 +8,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import F32Only
+from ._primitive_desc import AnyStorage
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
@@ -58,7 +58,7 @@ def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
 
 
 @attrs.frozen(cache_hash=True)
-class ConvolutionDesc(F32Only):
+class ConvolutionDesc(AnyStorage):
     """Forward convolution, 1D/2D/3D (oneDNN's ``convolution_forward``, direct algorithm).
 
     * ``src``: (N, C, spatial...) — (N, C, W), (N, C, H, W) or (N, C, D, H, W), any strides, so
@@ -79,6 +79,10 @@ class ConvolutionDesc(F32Only):
       ``("binary", alg, src1)`` applied before the store (see ``triodnn._post_op_chain``); a binary
       operand broadcasts to dst, e.g. ``(1, OC, 1, 1)`` per channel, and is the argument
       ``post_op_{i}_src1``.
+
+    * Data types: ``src``, ``weights``, ``bias`` and ``dst`` may each have any data type
+      (``AnyStorage``; f32 math, e.g. bf16 src and weights with an f32 or bf16 dst); the default
+      dst takes src's. Binary post-op operands are f32.
 
     The resolved per-axis tuples are stored, so an int and its spelled-out tuple make one
     descriptor (and one cache entry).
@@ -196,6 +200,10 @@ class ConvolutionDesc(F32Only):
                 groups=self.groups,
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                wei_dtype=self.weights.dtype,
+                bias_dtype="f32" if self.bias is None else self.bias.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,

@@ -11,6 +11,10 @@ oneDNN v2's output scale, multiplying the normalised output before the post-ops)
 ``post_ops``, a chain of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and
 ``("binary", alg, src1)`` applied to dst's values before the store (see
 ``triodnn._post_op_chain``); a binary operand broadcasts to dst.
+
+Data types: ``src`` and ``dst`` of every kind here may each have any data type (``AnyStorage``, f32
+math); the normalizations' ``scale``, ``shift``, ``mean`` and ``variance`` are f32 only, as
+oneDNN's, and so are binary post-op operands.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import operator
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import F32Only, _finite_float, _float_key, _memory_desc
+from ._primitive_desc import AnyStorage, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels
@@ -95,8 +99,28 @@ def _with_operands(inputs: dict[str, MemoryDesc], post_ops: tuple, dst: MemoryDe
     return {**inputs, **post_op_kernels.operands(post_ops), "dst": dst}
 
 
+# The normalizations' parameters and statistics: f32 only, whatever src and dst hold.
+_F32_PARAMETERS = ("scale", "shift", "mean", "variance")
+
+
+class _NormStorage(AnyStorage):
+    """``AnyStorage`` for src and dst; scale, shift, mean and variance f32 only (oneDNN's rule)."""
+
+    __slots__ = ()
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        for name in _F32_PARAMETERS:
+            desc = self.arg_descs.get(name)
+            if desc is not None and desc.dtype != "f32":
+                raise UnsupportedError(
+                    f"{self.kind}: {name} has dtype {desc.dtype!r}; scale, shift, mean and variance "
+                    "are f32 only (src and dst take any data type)"
+                )
+
+
 @attrs.frozen(cache_hash=True)
-class PoolingDesc(F32Only):
+class PoolingDesc(AnyStorage):
     """``dst = pool(src)``, oneDNN's pooling forward, on ``(N, C, spatial...)`` dims, 1-3 spatial.
 
     ``alg``: ``max``, ``avg_include_padding`` or ``avg_exclude_padding``. ``kernel``, ``strides``,
@@ -105,6 +129,7 @@ class PoolingDesc(F32Only):
     counts from 0: its ``d`` is ``d + 1`` here). Any strides for src and dst (NXC via strides).
     ``dst`` defaults to the dense tensor of the computed dims
     ``out = (in + pl + pr - ((k - 1) * dil + 1)) // s + 1``; when given, its dims must match.
+    ``src`` and ``dst`` may each have any data type (f32 math); dst defaults to src's.
     """
 
     alg: str = attrs.field()
@@ -200,11 +225,13 @@ class PoolingDesc(F32Only):
             padding_l=self.padding_l,
             dilation=self.dilation,
             config=config,
+            src_dtype=self.src.dtype,
+            dst_dtype=self.dst.dtype,
         )
 
 
 @attrs.frozen(cache_hash=True)
-class LayerNormDesc(F32Only):
+class LayerNormDesc(_NormStorage):
     """oneDNN's layer normalization forward (inference), over ``axis`` (default the last).
 
     ``y = (x - mean) / sqrt(var + epsilon) * scale + shift``; ``scale`` and ``shift`` (dims
@@ -271,6 +298,8 @@ class LayerNormDesc(F32Only):
                 variance_strides=None if self.variance is None else self.variance.strides,
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,
@@ -278,7 +307,7 @@ class LayerNormDesc(F32Only):
 
 
 @attrs.frozen(cache_hash=True)
-class RMSNormDesc(F32Only):
+class RMSNormDesc(_NormStorage):
     """RMS normalization over the last dim: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
 
     oneDNN's layer normalization with the ``rms_norm`` flag. ``scale`` (dims ``(C,)``) optional;
@@ -325,6 +354,8 @@ class RMSNormDesc(F32Only):
                 rms=True,
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,
@@ -332,7 +363,7 @@ class RMSNormDesc(F32Only):
 
 
 @attrs.frozen(cache_hash=True)
-class BatchNormInferenceDesc(F32Only):
+class BatchNormInferenceDesc(_NormStorage):
     """oneDNN's batch normalization forward inference with global statistics, channel = dim 1.
 
     ``y = scale / sqrt(variance + epsilon) * (x - mean) + shift``; ``mean``, ``variance``,
@@ -385,6 +416,8 @@ class BatchNormInferenceDesc(F32Only):
                 shift_stride=None if self.shift is None else self.shift.strides[0],
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,
@@ -401,7 +434,7 @@ def _groups(value) -> int:
 
 
 @attrs.frozen(cache_hash=True)
-class GroupNormDesc(F32Only):
+class GroupNormDesc(_NormStorage):
     """oneDNN's group normalization forward (inference): ``(N, C, spatial...)``, C in ``groups``.
 
     Mean and biased variance over (C/groups x spatial) per (n, group); then per channel
@@ -452,6 +485,8 @@ class GroupNormDesc(F32Only):
                 shift_stride=None if self.shift is None else self.shift.strides[0],
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,

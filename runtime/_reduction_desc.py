@@ -12,7 +12,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import F32Only, _memory_desc
+from ._primitive_desc import AnyStorage, _memory_desc
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
@@ -32,8 +32,11 @@ def _to_axis(value) -> int:
 
 
 @attrs.frozen(cache_hash=True)
-class SoftmaxDesc(F32Only):
+class SoftmaxDesc(AnyStorage):
     """``dst = alg(src)`` over ``axis``; ``alg`` is ``"softmax"`` or ``"logsoftmax"``.
+
+    ``src`` and ``dst`` may each have any data type (``AnyStorage``; f32 math), e.g. f32 scores
+    into a bf16 or f16 dst; binary post-op operands are f32.
 
     ``axis`` may be negative, as numpy's; it is stored normalised, so ``axis=-1`` and the last
     index make one descriptor (and one cache entry). ``dst`` defaults to ``src`` (same dims and
@@ -99,6 +102,8 @@ class SoftmaxDesc(F32Only):
                 axis=self.axis,
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,
@@ -106,8 +111,11 @@ class SoftmaxDesc(F32Only):
 
 
 @attrs.frozen(cache_hash=True)
-class ReductionDesc(F32Only):
+class ReductionDesc(AnyStorage):
     """``dst = alg`` of ``src`` over the dimensions where ``dst`` has 1 (oneDNN's convention).
+
+    ``src`` and ``dst`` may each have any data type (``AnyStorage``): f32 accumulation, the result
+    stored with dst's conversion (e.g. bf16 src into an f32 dst).
 
     ``alg``: ``sum``, ``mean``, ``max``, ``min``, ``mul`` (product), ``l1`` (sum of |x|) or
     ``l2`` (sqrt of the sum of squares): oneDNN's ``norm_lp_sum`` with p=1, p=2 and eps=0.
@@ -153,4 +161,6 @@ class ReductionDesc(F32Only):
             dst_dims=self.dst.dims,
             dst_strides=self.dst.strides,
             config=config,
+            src_dtype=self.src.dtype,
+            dst_dtype=self.dst.dtype,
         )

@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 class ReorderDesc:
     """``dst = src`` converted to ``dst``'s layout and data type; the dims must match.
 
-    Any strides on either side and any pair of f32, f16, bf16, s32, s8, u8. Values pass through
-    f32; integer destinations round to nearest even and saturate, NaN becomes 0; f16 and bf16
-    destinations round to nearest even and keep NaN (see ``triodnn.kernels.reorder``). One data
-    type and one dense layout on both sides make a plain copy (``impl`` ``ocl:copy:…``).
+    Any strides on either side and any pair of f32, f16, bf16, s32, s8, u8 and boolean. Values
+    pass through f32; integer destinations round to nearest even and saturate, NaN becomes 0; f16
+    and bf16 destinations round to nearest even and keep NaN; a boolean destination holds
+    ``value != 0`` (see ``triodnn.kernels.reorder``). One data type on both sides copies the
+    stored bits; with one dense layout too, a plain copy (``impl`` ``ocl:copy:…``).
     Between memories of two engines (OpenCL contexts), ``await engine.create_reorder(src, dst,
     src_engine=..., dst_engine=...)`` builds the cross-engine reorder.
     """

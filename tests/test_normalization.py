@@ -276,7 +276,7 @@ def test_bad_arguments():
         GroupNormDesc(src, 5, scale=MemoryDesc((6,)))
 
 
-@pytest.mark.parametrize("which", ["src", "dst", "scale", "mean"])
+@pytest.mark.parametrize("which", ["scale", "mean"])  # src and dst take any type (test_dtypes_more.py)
 async def test_non_f32_is_unsupported(which, engine):
     def md(name, dims):
         return MemoryDesc(dims, "f16" if name == which else "f32")

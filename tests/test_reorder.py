@@ -45,6 +45,7 @@ _SPECIAL = {
     ],
     "s8": [-128, -127, -1, 0, 1, 126, 127],
     "u8": [0, 1, 127, 128, 200, 254, 255],
+    "boolean": [False, True, True, False],
 }
 
 
@@ -52,6 +53,9 @@ def source_values(rng, dtype: str, shape=SHAPE) -> np.ndarray:
     """The special values of ``dtype`` first, the rest random, in the user-facing numpy type."""
     n = int(np.prod(shape))
     special = _SPECIAL[dtype]
+    if dtype == "boolean":
+        values = np.concatenate([np.array(special, dtype=np.bool_), rng.random(n) < 0.5])[:n]
+        return values.reshape(shape)
     if dtype in ("f32", "f16", "bf16"):
         fill = (rng.standard_normal(n) * 100).astype(np.float32)
         numpy_type = np.float16 if dtype == "f16" else np.float32
@@ -88,7 +92,7 @@ def user_dtype(dtype: str) -> np.dtype:
 
 @pytest.mark.parametrize("src_dtype", DTYPES)
 async def test_every_dtype_pair(engine, rng, build, src_dtype):
-    """One source type against all six destinations (built concurrently), dense row-major."""
+    """One source type against every destination (built concurrently), dense row-major."""
     array = source_values(rng, src_dtype)
     descs = {dst: ReorderDesc(MemoryDesc(SHAPE, src_dtype), MemoryDesc(SHAPE, dst)) for dst in DTYPES}
     prims = await build(descs)

@@ -118,9 +118,12 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("which", ["src", "dst"])
 async def test_non_f32_is_unsupported(which, engine):
+    """An f16 src or dst is fine (tests/test_dtypes_more.py); a post-op operand must be f32."""
     f32, f16 = MemoryDesc((4, 5)), MemoryDesc((4, 5), "f16")
-    desc = SoftmaxDesc("softmax", f16, f32) if which == "src" else SoftmaxDesc("softmax", f32, f16)
-    with pytest.raises(UnsupportedError, match=f"{which} has dtype 'f16'"):
+    chain = (("binary", "add", f16),)
+    desc = (SoftmaxDesc("softmax", f16, f32, post_ops=chain) if which == "src"
+            else SoftmaxDesc("softmax", f32, f16, post_ops=chain))
+    with pytest.raises(UnsupportedError, match="post_op_0_src1 has dtype 'f16'"):
         await engine.create_primitive(desc)
 
 
