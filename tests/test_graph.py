@@ -331,3 +331,46 @@ def test_json_rejects_duplicate_ids_and_conflicting_tensors():
 def test_missing_file_is_a_typed_error(tmp_path):
     with pytest.raises(InvalidGraphError, match="cannot read graph file"):
         load(tmp_path / "absent.json")
+
+
+# -- op coverage beyond the public graphs -------------------------------------------------------
+
+
+async def run_single_partition(engine, g: Graph, arrays: dict) -> dict:
+    (p,) = g.get_partitions()
+    cp = await p.compile(engine)
+    ins = [await Tensor.from_numpy(lt, engine, arrays[lt.id]) for lt in cp.inputs]
+    outs = [Tensor(lt, engine) for lt in cp.outputs]
+    await cp.execute(await engine.stream(), ins, outs)
+    return {t.logical_tensor.id: await t.to_numpy() for t in outs}
+
+
+async def test_group_norm_nxc_with_affine(engine, rng):
+    from triodnn.graph._reference import reference
+
+    x = rng.uniform(-2, 2, (2, 5, 5, 8)).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.uniform(-1, 1, 8).astype(np.float32)
+    attrs = {"groups": 4, "use_affine": True, "keep_stats": False, "epsilon": 1e-5, "data_format": "NXC"}
+    g = Graph("cpu")
+    g.add_op(Op(0, "GroupNorm", [f32(0, x.shape), f32(1, [8]), f32(2, [8])], [f32(3, x.shape)], attrs))
+    got = await run_single_partition(engine, g, {0: x, 1: gamma, 2: beta})
+    (want,) = reference("GroupNorm", attrs, [x, gamma, beta], ["f32"])
+    np.testing.assert_allclose(got[3], want, rtol=1e-5, atol=1e-5)
+
+
+async def test_squared_difference(engine, rng):
+    a, b = ints(rng, (3, 4)), ints(rng, (1, 4))
+    g = Graph("cpu")
+    g.add_op(Op(0, "SquaredDifference", [f32(0, [3, 4]), f32(1, [1, 4])], [f32(2, [3, 4])]))
+    got = await run_single_partition(engine, g, {0: a, 1: b})
+    np.testing.assert_array_equal(got[2], (a - b) ** 2)
+
+
+def test_recognised_ops_triodnn_does_not_run_make_unsupported_partitions():
+    g = Graph("cpu")
+    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    g.add_op(Op(1, "ReLUBackward", [f32(1, [4]), f32(2, [4])], [f32(3, [4])], {"use_dst": True}))
+    g.add_op(Op(2, "SoftMax", [f32(3, [4])], [f32(4, [4]), f32(5, [1])], {"axis": 0}))
+    parts = g.get_partitions()
+    assert [(p.op_kinds, p.is_supported) for p in parts] == [
+        (("ReLU",), True), (("ReLUBackward",), False), (("SoftMax",), False)]

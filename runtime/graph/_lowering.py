@@ -218,8 +218,7 @@ _UNARY = {
 }
 
 _BINARY = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div", "Maximum": "max",
-           "Minimum": "min", "GreaterEqual": "ge", "Greater": "gt", "LessEqual": "le", "Less": "lt",
-           "Equal": "eq", "NotEqual": "ne"}
+           "Minimum": "min", "GreaterEqual": "ge"}
 
 
 def _lower_unary(b: Builder, op: Op) -> None:
@@ -232,6 +231,13 @@ def _lower_unary(b: Builder, op: Op) -> None:
 def _lower_binary(b: Builder, op: Op) -> None:
     alg = _BINARY[op.kind]
     b.run(op, lambda src0, src1, dst: BinaryDesc(alg, src0, src1, dst),
+          {"src0": b.view(op.inputs[0]), "src1": b.view(op.inputs[1])},
+          {"dst": b.output(op.outputs[0])})
+
+
+def _lower_squared_difference(b: Builder, op: Op) -> None:
+    """(a - b)^2: one binary with a square post-op."""
+    b.run(op, lambda src0, src1, dst: BinaryDesc("sub", src0, src1, dst, post_ops=(("eltwise", "square"),)),
           {"src0": b.view(op.inputs[0]), "src1": b.view(op.inputs[1])},
           {"dst": b.output(op.outputs[0])})
 
@@ -521,6 +527,7 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     **{kind: _lower_unary for kind in _UNARY},
     **{kind: _lower_binary for kind in _BINARY},
     "Select": _lower_select,
+    "SquaredDifference": _lower_squared_difference,
     "BiasAdd": _lower_bias_add,
     "MatMul": _lower_matmul,
     "Convolution": _lower_convolution,
@@ -543,4 +550,14 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
 
 
 def is_supported(op: Op) -> bool:
-    return op.kind in LOWERINGS
+    """Whether the op lowers, with every output it declares (oneDNN's optional training
+    outputs, SoftMax stats, RMSNorm rrms, GroupNorm mean/variance, are not produced yet)."""
+    if op.kind not in LOWERINGS:
+        return False
+    if op.kind == "SoftMax" and len(op.outputs) > 1:
+        return False
+    if op.kind == "RMSNorm" and len(op.outputs) > 1:
+        return False
+    if op.kind == "GroupNorm" and len(op.outputs) > 1:
+        return False
+    return True

@@ -250,8 +250,32 @@ def _schemas() -> dict[str, OpSchema]:
         OpSchema("Wildcard", (0, UNBOUNDED), (0, UNBOUNDED), {}, "special", None, ("src",),
                  any_attrs=True),
         OpSchema("End", (1, 1), (0, 0), {}, "special", None, ("src",), ()),
+        OpSchema("GroupNorm", (1, 3), (1, 3), _attr_map([
+            AttrSpec("groups", "s64", required=True, minimum=1),
+            AttrSpec("keep_stats", "bool", default=True),
+            AttrSpec("use_affine", "bool", default=False),
+            AttrSpec("epsilon", "f32", default=1e-5, minimum=0.0),
+            _data_format(),
+        ]), "norm", "group_normalization", ("src", "gamma", "beta"), ("dst", "mean", "variance")),
+        # oneDNN ops triodnn recognises but does not run: a graph holding one still loads and
+        # partitions, the op landing in an unsupported partition (oneDNN's behaviour for ops a
+        # backend lacks), instead of failing as an unknown kind.
+        *(OpSchema(kind, (0, UNBOUNDED), (0, UNBOUNDED), {}, "unsupported", None, ("src",), any_attrs=True)
+          for kind in RECOGNISED_NOT_RUN),
     ]
     return {schema.kind: schema for schema in schemas}
+
+
+RECOGNISED_NOT_RUN = (
+    "AbsBackward", "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
+    "BiasAddBackward", "ClampBackward", "ConvTranspose", "ConvTransposeBackwardData",
+    "ConvTransposeBackwardWeights", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
+    "Dequantize", "DynamicDequantize", "DynamicQuantize", "EluBackward", "GELUBackward",
+    "HardSigmoidBackward", "HardSwishBackward", "Interpolate", "InterpolateBackward",
+    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward", "MishBackward", "PReLU",
+    "PReLUBackward", "Quantize", "ReLUBackward", "SigmoidBackward", "SoftMaxBackward",
+    "SoftPlusBackward", "SqrtBackward", "TanhBackward",
+)
 
 
 OP_SCHEMAS: dict[str, OpSchema] = _schemas()

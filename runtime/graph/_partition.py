@@ -118,7 +118,7 @@ class Partition:
             given = {i: lt for i, lt in given.items() if lt.shape is not None}
         for op in self.ops:
             in_shapes = [shapes[lt.id] for lt in op.inputs]
-            out_shapes = infer_output_shapes(op.kind, op.attrs, in_shapes)
+            out_shapes = infer_output_shapes(op.kind, op.attrs, in_shapes, len(op.outputs))
             for lt, shape in zip(op.outputs, out_shapes):
                 shape = tuple(shape)
                 stated = given.get(lt.id, lt if declared else None)

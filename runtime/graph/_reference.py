@@ -337,6 +337,8 @@ def reference(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray],
     a = check_op(kind, attrs, len(inputs), len(output_dtypes))
     if kind == "Wildcard":
         raise UnsupportedError("Wildcard ops have no reference: their semantics are the user's")
+    if schema_of(kind).category == "unsupported":
+        raise UnsupportedError(f"{kind}: triodnn does not run this op and has no reference for it")
     if kind == "End":
         return []
     axes_from_input = schema_of(kind).category == "reduction" and len(inputs) == 2
@@ -353,6 +355,24 @@ def reference(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray],
         # A fresh C-contiguous array (not a view of an input, not 0-d turned 1-d).
         result.append(np.array(to_dtype_values(value, dtype), order="C", copy=True))
     return result
+
+
+def _group_norm(a: dict, values: list[np.ndarray], num_outputs: int) -> list:
+    x = values[0]
+    if a["data_format"] == "NXC":
+        x = np.moveaxis(x, -1, 1)
+    n, c = x.shape[:2]
+    g = a["groups"]
+    grouped = x.reshape(n, g, -1)
+    mean = grouped.mean(axis=-1)
+    var = grouped.var(axis=-1)
+    y = ((grouped - mean[..., None]) / np.sqrt(var[..., None] + a["epsilon"])).reshape(x.shape)
+    if a["use_affine"] and len(values) >= 3:
+        shape = (1, c) + (1,) * (x.ndim - 2)
+        y = y * values[1].reshape(shape) + values[2].reshape(shape)
+    if a["data_format"] == "NXC":
+        y = np.moveaxis(y, 1, -1)
+    return [y, mean, var][:num_outputs]
 
 
 def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> list:
@@ -392,6 +412,8 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return _rms_norm(a, values, num_outputs)
     if kind == "BatchNormInference":
         return [_batch_norm(a, values)]
+    if kind == "GroupNorm":
+        return _group_norm(a, values, num_outputs)
     if category == "reduction":
         return [_reduce(kind, a, values)]
     raise InvalidGraphError(f"{kind}: no reference")  # not reached for kinds of OP_SCHEMAS

@@ -449,7 +449,7 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         raise _error(kind, f"takes {low if low == high else f'{low} to {high}'} inputs, got "
                            f"{len(shapes)}")
     if num_outputs is None:
-        num_outputs = 3 if kind == "LayerNorm" and a["keep_stats"] else min(1, schema.num_outputs[1])
+        num_outputs = 3 if kind in ("LayerNorm", "GroupNorm") and a["keep_stats"] else min(1, schema.num_outputs[1])
     if not schema.num_outputs[0] <= num_outputs <= schema.num_outputs[1]:
         raise _error(kind, f"cannot have {num_outputs} outputs (schema: {schema.num_outputs})")
     category = schema.category
@@ -487,6 +487,14 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return _rms_norm(kind, a, shapes, num_outputs)
     if kind == "BatchNormInference":
         return [_batch_norm(kind, a, shapes)]
+    if kind == "GroupNorm":
+        src = shapes[0]
+        channel = 1 if a["data_format"] == "NCX" else len(src) - 1
+        if len(src) < 2 or (src[channel] != UNKNOWN and src[channel] % a["groups"]):
+            raise _error(kind, f"src {list(src)} has channels not divisible by groups {a['groups']}")
+        return [src, (src[0], a["groups"]), (src[0], a["groups"])][:num_outputs]
+    if schema.category == "unsupported":
+        raise _error(kind, "triodnn does not run this op; give its output shapes")
     if kind == "StaticReshape":
         return [reshape_target(kind, a, shapes[0])]
     if kind == "StaticTranspose":
