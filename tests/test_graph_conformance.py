@@ -82,3 +82,13 @@ def test_cli_in_shapes_reinfers_the_graph(capsys):
     args = ["graph", "--case", str(sdpa), "--in-shapes", "0:1x2x16x32+1:1x2x16x32+2:1x2x16x32+4:1x1x16x16"]
     assert main(args) == 0
     assert "PASSED sdpa.json" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, dt", [
+    ("matmul.json", "bf16"), ("softmax.json", "f16"),
+    ("MHA-distill_bert-inf-fp32-bs1.json", "bf16"), ("sdpa-plain-simplified-f32.json", "0:bf16+1:bf16"),
+])
+async def test_public_graph_with_other_data_types(engine, name, dt):
+    _require_public()
+    result = await run_case(PUBLIC / name, engine=engine, dt=dt)
+    assert result.status == "PASSED", result.summary()
