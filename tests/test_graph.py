@@ -374,3 +374,62 @@ def test_recognised_ops_triodnn_does_not_run_make_unsupported_partitions():
     parts = g.get_partitions()
     assert [(p.op_kinds, p.is_supported) for p in parts] == [
         (("ReLU",), True), (("ReLUBackward",), False), (("SoftMax",), False)]
+
+
+# -- post-op fusion -------------------------------------------------------------------------------
+
+
+async def test_matmul_bias_swish_mul_chain_is_one_primitive_and_matches_op_by_op(engine, rng):
+    """MatMul -> BiasAdd -> x*sigmoid(x) -> Multiply(row) -> Add(full): one matmul with four
+    post-ops under fusion; the same numbers as the debug policy's five primitives."""
+    def build():
+        g = Graph("cpu")
+        g.add_op(Op(0, "MatMul", [f32(0, [16, 32]), f32(1, [32, 24])], [f32(2, [16, 24])]))
+        g.add_op(Op(1, "BiasAdd", [f32(2, [16, 24]), f32(3, [24])], [f32(4, [16, 24])]))
+        g.add_op(Op(2, "Sigmoid", [f32(4, [16, 24])], [f32(5, [16, 24])]))
+        g.add_op(Op(3, "Multiply", [f32(4, [16, 24]), f32(5, [16, 24])], [f32(6, [16, 24])]))
+        g.add_op(Op(4, "Multiply", [f32(7, [1, 24]), f32(6, [16, 24])], [f32(8, [16, 24])]))
+        g.add_op(Op(5, "Add", [f32(8, [16, 24]), f32(9, [16, 24])], [f32(10, [16, 24])]))
+        return g
+
+    arrays = {0: ints(rng, (16, 32)), 1: ints(rng, (32, 24)) / 8, 3: ints(rng, (24,)),
+              7: ints(rng, (1, 24)), 9: ints(rng, (16, 24))}
+    (p,) = build().get_partitions("fusion")
+    cp = await p.compile(engine)
+    assert [pr.kind for pr in cp.primitives] == ["matmul"]
+    assert [e[0] for e in cp.primitives[0].desc.post_ops] == ["binary", "eltwise", "binary", "binary"]
+    fused = await run_single_partition(engine, build(), arrays)
+    stream = await engine.stream()
+    tensors = {i: await Tensor.from_numpy(f32(i, a.shape), engine, a) for i, a in arrays.items()}
+    for part in build().get_partitions("debug"):
+        c = await part.compile(engine, [tensors[lt.id].logical_tensor for lt in part.input_ports], None)
+        outs = [Tensor(lt, engine) for lt in c.outputs]
+        await c.execute(stream, [tensors[lt.id] for lt in part.input_ports], outs)
+        tensors.update({t.logical_tensor.id: t for t in outs})
+    np.testing.assert_allclose(fused[10], await tensors[10].to_numpy(), rtol=1e-6, atol=1e-5)
+    x = arrays[0] @ arrays[1] + arrays[3]
+    np.testing.assert_allclose(fused[10], x / (1 + np.exp(-x)) * arrays[7] + arrays[9], rtol=1e-5, atol=1e-4)
+
+
+def chain_kinds(ops, outputs=()):
+    from triodnn.graph._fusion import find_chains
+
+    return {anchor: [e[:2] for e in chain.entries] for anchor, chain in find_chains(ops, set(outputs)).items()}
+
+
+def test_chains_stop_at_partition_outputs_shared_values_and_late_operands():
+    relu = Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])])
+    exp = Op(1, "Exp", [f32(1, [4])], [f32(2, [4])])
+    # A partition output in the middle of the chain stops it.
+    assert chain_kinds([relu, exp], outputs=[1, 2]) == {}
+    assert chain_kinds([relu, exp], outputs=[2]) == {0: [("eltwise", "exp")]}
+    # Subtract with the chain value on the right cannot be a post-op.
+    sub = Op(2, "Subtract", [f32(5, [4]), f32(1, [4])], [f32(3, [4])])
+    assert chain_kinds([relu, sub], outputs=[3]) == {}
+    # An operand made after the anchor is not ready when the anchor runs.
+    tanh = Op(3, "Tanh", [f32(6, [4])], [f32(7, [4])])
+    add = Op(4, "Add", [f32(1, [4]), f32(7, [4])], [f32(8, [4])])
+    assert chain_kinds([relu, tanh, add], outputs=[8]) == {3: [("binary", "add")]}
+    # An operand that would enlarge the value (broadcasting it) is not a post-op.
+    wide = Op(5, "Add", [f32(1, [4]), f32(9, [3, 4])], [f32(10, [3, 4])])
+    assert chain_kinds([relu, wide], outputs=[10]) == {}

@@ -16,6 +16,7 @@ from .._event import Event
 from .._memory import Memory
 from .._memory_desc import MemoryDesc
 from .._stream import Stream, StreamFlags
+from ._fusion import find_chains
 from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
 from ._op import Op
@@ -191,13 +192,20 @@ def _shaped(lt: LogicalTensor, shapes: dict, ports: dict[int, LogicalTensor]) ->
 
 
 async def compile_partition(partition: Partition, engine: Engine, inputs: list[LogicalTensor],
-                            outputs: list[LogicalTensor], shapes: dict) -> CompiledPartition:
+                            outputs: list[LogicalTensor], shapes: dict, *,
+                            fuse: bool = True) -> CompiledPartition:
+    """The partition's plan, post-op chains fused into their anchors unless ``fuse`` is False,
+    with every primitive created (concurrently, through the primitive cache)."""
     ports = {lt.id: lt for lt in (*inputs, *outputs)}
     builder = Builder(inputs, outputs)
-    for op in partition.ops:
-        shaped = Op(op.id, op.kind, [_shaped(lt, shapes, ports) for lt in op.inputs],
-                    [_shaped(lt, shapes, ports) for lt in op.outputs], dict(op.attrs), op.name)
-        builder.lower(shaped)
+    shaped_ops = [Op(op.id, op.kind, [_shaped(lt, shapes, ports) for lt in op.inputs],
+                     [_shaped(lt, shapes, ports) for lt in op.outputs], dict(op.attrs), op.name)
+                  for op in partition.ops]
+    chains = find_chains(shaped_ops, {lt.id for lt in outputs}) if fuse else {}
+    absorbed = {op_id for chain in chains.values() for op_id in chain.absorbed}
+    for op in shaped_ops:
+        if op.id not in absorbed:
+            builder.lower(op, chains.get(op.id))
     plan = builder.plan
     primitives: list = [None] * len(plan.steps)
 

@@ -80,6 +80,10 @@ class Builder:
         self.views: dict[int, View] = {}
         self.tensors: dict[int, LogicalTensor] = {}
         self.output_slots: dict[int, View] = {}
+        # Post-op fusion: the anchor op's output is written as the chain's final tensor, and
+        # run() attaches the chain (see _fusion.py) to the anchor's primitive.
+        self._redirect: dict[int, LogicalTensor] = {}
+        self._post: tuple = ()
         for i, lt in enumerate(inputs):
             slot = self._slot(Slot("input", i, lt.nbytes))
             self.views[lt.id] = View(slot, lt.memory_desc())
@@ -107,6 +111,7 @@ class Builder:
 
     def output(self, lt: LogicalTensor) -> View:
         """Where ``lt`` is written: its output port, or a new dense temporary."""
+        lt = self._redirect.pop(lt.id, lt)
         view = self.output_slots.get(lt.id)
         if view is None:
             view = self.temp(MemoryDesc(_dims(lt.shape), storage_dtype(lt.dtype)))
@@ -127,9 +132,42 @@ class Builder:
     def copy(self, src: View, dst: View, op_id: int = -1) -> None:
         self.plan.steps.append(Step(ReorderDesc(src.desc, dst.desc), (("src", src), ("dst", dst)), op_id))
 
+    def _attach_post_ops(self, make, inputs: dict[str, View], dst: View):
+        """``make`` wrapped to add the pending post-op chain, and the chain's operand views
+        (laid out as the primitive's dst, which may be a channels-first view of the graph's)."""
+        chain, operands = [], {}
+        for i, entry in enumerate(self._post):
+            if entry[0] == "eltwise":
+                chain.append(entry)
+                continue
+            _, alg, lt, bias_format = entry
+            view = self.views[lt.id]
+            final_shape = entry_shape = self._final_shape
+            if bias_format == "NCX" and len(final_shape) > 2:
+                c = view.desc.dims[0]
+                view = View(view.slot, MemoryDesc((c,) + (1,) * (len(final_shape) - 2), view.desc.dtype,
+                                                  (view.desc.strides[0],) + (1,) * (len(final_shape) - 2)))
+            view = _aligned(view, len(entry_shape))
+            if dst.desc.dims != tuple(final_shape or (1,)):
+                view = _channels_first(view)
+            name = f"post_op_{i}_src1"
+            operands[name] = view
+            chain.append(("binary", alg, name))
+        inputs = {**inputs, **operands}
+
+        def with_chain(**descs):
+            own = {k: v for k, v in descs.items() if k not in operands}
+            post_ops = tuple(("binary", e[1], descs[e[2]]) if e[0] == "binary" else e for e in chain)
+            return attrs.evolve(make(**own), post_ops=post_ops)
+
+        return with_chain, inputs
+
     def run(self, op: Op, make: Callable[..., object], inputs: dict[str, View], outputs: dict[str, View]) -> None:
         """One primitive, ``make(**descs)``; through f32 temporaries when the kernel refuses the
         data types as they are."""
+        if self._post:
+            make, inputs = self._attach_post_ops(make, inputs, outputs["dst"])
+            self._post = ()
         named = {**inputs, **outputs}
         desc = make(**{name: view.desc for name, view in named.items()})
         try:
@@ -162,8 +200,16 @@ class Builder:
         for temp, view in after:
             self.copy(temp, view, op.id)
 
-    def lower(self, op: Op) -> None:
+    def lower(self, op: Op, fused=None) -> None:
+        """Lower ``op``; with ``fused`` (a ``_fusion.Chain``), its post-op chain rides along and
+        its output is the chain's final tensor."""
+        if fused is not None:
+            self._redirect[op.outputs[0].id] = fused.final
+            self._post = fused.entries
+            self._final_shape = tuple(fused.final.shape)
         LOWERINGS[op.kind](self, op)
+        self._redirect.clear()
+        self._post = ()
 
 
 def reshaped(view: View, dims: tuple[int, ...]) -> View | None:
@@ -178,6 +224,15 @@ def permuted(view: View, order: tuple[int, ...]) -> View:
     desc = view.desc
     return View(view.slot, MemoryDesc(tuple(desc.dims[i] for i in order), desc.dtype,
                                       tuple(desc.strides[i] for i in order)))
+
+
+def _aligned(view: View, ndims: int) -> View:
+    """``view`` with leading 1s up to ``ndims`` dims (numpy's right alignment)."""
+    desc = view.desc
+    pad = ndims - desc.ndims
+    if pad <= 0:
+        return view
+    return View(view.slot, MemoryDesc((1,) * pad + desc.dims, desc.dtype, (1,) * pad + desc.strides))
 
 
 def _dense(b: Builder, op: Op, view: View) -> View:
@@ -495,6 +550,12 @@ def _lower_reshape(b: Builder, op: Op) -> None:
     out = op.outputs[0]
     src = b.view(op.inputs[0])
     view = reshaped(src, _dims(out.shape))
+    if view is None and out.id in b.output_slots and _row_major(b.output_slots[out.id].desc):
+        # A strided source into a row-major port: one copy, into the port seen with the
+        # source's dims (row-major either way, so the same bytes).
+        port = b.output(out)
+        b.copy(src, View(port.slot, MemoryDesc(src.desc.dims, port.desc.dtype)), op.id)
+        return
     if view is None:
         view = reshaped(_dense(b, op, src), _dims(out.shape))
     b.alias(out, view)

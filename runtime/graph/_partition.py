@@ -151,4 +151,6 @@ class Partition:
                               layout_type="undef" if lt.layout_type == "strided" else lt.layout_type)
                     for lt in outs]
         outs = [resolve_output_layout(lt, shapes[lt.id]) for lt in outs]
-        return await compile_partition(self, engine, ins, outs, shapes)
+        from .._compiled_partition_cache import compile_cached
+
+        return await compile_cached(self, engine, ins, outs, shapes, compile_partition)
