@@ -433,3 +433,83 @@ def test_chains_stop_at_partition_outputs_shared_values_and_late_operands():
     # An operand that would enlarge the value (broadcasting it) is not a post-op.
     wide = Op(5, "Add", [f32(1, [4]), f32(9, [3, 4])], [f32(10, [3, 4])])
     assert chain_kinds([relu, wide], outputs=[10]) == {}
+
+
+# -- memory planning and in-place ports ---------------------------------------------------------
+
+
+async def compile_unfused(engine, g: Graph):
+    from triodnn.graph._compiled_partition import compile_partition
+
+    (p,) = g.get_partitions()
+    ins, outs = list(p.input_ports), list(p.output_ports)
+    return await compile_partition(p, engine, ins, outs, p._infer(ins, outs, declared=True), fuse=False)
+
+
+async def test_temporaries_share_buffers_when_their_lives_do_not_overlap(engine, rng):
+    g = Graph("cpu")
+    for i in range(4):
+        g.add_op(Op(i, "SoftMax", [f32(i, [8, 32])], [f32(i + 1, [8, 32])], {"axis": -1}))
+    (p,) = g.get_partitions()
+    cp = await p.compile(engine)
+    stats = cp.memory_statistics()
+    assert (stats.temporaries, stats.scratch_buffers) == (3, 2)
+    assert stats.scratch_bytes == 2 * 8 * 32 * 4 and stats.unplanned_scratch_bytes == 3 * 8 * 32 * 4
+    x = rng.uniform(-3, 3, (8, 32)).astype(np.float32)
+    got = await run_single_partition(engine, g, {0: x})
+    want = x
+    for _ in range(4):
+        e = np.exp(want - want.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got[4], want, rtol=1e-5, atol=1e-7)
+
+
+async def test_elementwise_steps_write_over_a_dying_input(engine, rng):
+    g = Graph("cpu")
+    g.add_op(Op(0, "SoftMax", [f32(0, [4, 16])], [f32(1, [4, 16])], {"axis": -1}))
+    g.add_op(Op(1, "Sqrt", [f32(1, [4, 16])], [f32(2, [4, 16])]))
+    g.add_op(Op(2, "Tanh", [f32(2, [4, 16])], [f32(3, [4, 16])]))
+    cp = await compile_unfused(engine, g)
+    stats = cp.memory_statistics()
+    assert (len(cp.primitives), stats.temporaries, stats.scratch_buffers, stats.in_place_steps) == (3, 2, 1, 1)
+    x = rng.uniform(-3, 3, (4, 16)).astype(np.float32)
+    src = await Tensor.from_numpy(cp.inputs[0], engine, x)
+    out = Tensor(cp.outputs[0], engine)
+    await cp.execute(await engine.stream(triodnn.StreamFlags.out_of_order), [src], [out])
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(await out.to_numpy(), np.tanh(np.sqrt(e / e.sum(-1, keepdims=True))), rtol=1e-5)
+
+
+@pytest.mark.parametrize("flags", [StreamFlags.in_order, StreamFlags.out_of_order])
+async def test_in_place_port_of_a_residual_add(engine, rng, flags):
+    """MatMul + Add(residual): the residual input may share the output's buffer (the add is a
+    post-op reading it at the index it writes); sharing it gives the same result."""
+    g = Graph("cpu")
+    g.add_op(Op(0, "MatMul", [f32(0, [16, 8]), f32(1, [8, 12], property_type="constant")], [f32(2, [16, 12])]))
+    g.add_op(Op(1, "Add", [f32(2, [16, 12]), f32(3, [16, 12])], [f32(4, [16, 12])]))
+    (p,) = g.get_partitions()
+    cp = await p.compile(engine)
+    assert cp.inplace_ports() == [(3, 4)]
+    a, w, r = ints(rng, (16, 8)), ints(rng, (8, 12)), ints(rng, (16, 12))
+    ins = {lt.id: await Tensor.from_numpy(lt, engine, {0: a, 1: w, 3: r}[lt.id]) for lt in cp.inputs}
+    shared = Tensor(cp.query_logical_tensor(4), engine, memory=ins[3].memory)
+    await cp.execute(await engine.stream(flags), list(ins.values()), [shared])
+    np.testing.assert_array_equal(await shared.to_numpy(), a @ w + r)
+
+
+async def test_in_place_rules_refuse_constants_shared_inputs_and_late_reads(engine):
+    relu = Graph("cpu")
+    relu.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    assert (await (relu.get_partitions()[0]).compile(engine)).inplace_ports() == [(0, 1)]
+    const = Graph("cpu")
+    const.add_op(Op(0, "ReLU", [f32(0, [4], property_type="constant")], [f32(1, [4])]))
+    assert (await (const.get_partitions()[0]).compile(engine)).inplace_ports() == []
+    shared = Graph("cpu")
+    shared.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
+    shared.add_op(Op(1, "Wildcard", [f32(0, [4])], [f32(2, [4])]))
+    first = shared.get_partitions()[0]
+    assert first.op_kinds == ("ReLU",)
+    assert (await first.compile(engine)).inplace_ports() == []
+    matmul = Graph("cpu")  # a matmul reads all of src before any dst element is final
+    matmul.add_op(Op(0, "MatMul", [f32(0, [4, 4]), f32(1, [4, 4])], [f32(2, [4, 4])]))
+    assert (await (matmul.get_partitions()[0]).compile(engine)).inplace_ports() == []

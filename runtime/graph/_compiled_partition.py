@@ -19,12 +19,30 @@ from .._stream import Stream, StreamFlags
 from ._fusion import find_chains
 from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
+from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
 from ._tensor import Tensor
 
 if TYPE_CHECKING:
     from .._engine import Engine
     from ._partition import Partition
+
+@attrs.frozen
+class CompiledPartitionMemory:
+    """Bytes one execution of a compiled partition allocates for temporaries (``scratch``),
+    what they would take without planning, and the inputs' and outputs' own bytes."""
+
+    scratch_bytes: int
+    unplanned_scratch_bytes: int
+    scratch_buffers: int
+    temporaries: int
+    in_place_steps: int
+    port_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.scratch_bytes + self.port_bytes
+
 
 # Primitive arguments a step writes; every other argument is read.
 _WRITTEN = frozenset({"dst", "mean", "variance"})
@@ -45,7 +63,26 @@ class CompiledPartition:
     outputs: tuple[LogicalTensor, ...]
     _plan: Plan = attrs.field(repr=False)
     _primitives: list = attrs.field(repr=False)
+    _memory: MemoryPlan = attrs.field(default=None, repr=False)
     _in_flight: list = attrs.field(factory=list, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self._memory is None:
+            self._memory = plan_memory(self._plan)
+
+    def memory_statistics(self) -> CompiledPartitionMemory:
+        """Device memory an execution allocates besides its inputs and outputs: with the plan
+        (buffers shared between temporaries whose lives do not overlap, in-place steps) and
+        what one buffer per temporary would take."""
+        ports = sum(lt.nbytes for lt in (*self.inputs, *self.outputs))
+        return CompiledPartitionMemory(
+            scratch_bytes=self._memory.scratch_bytes,
+            unplanned_scratch_bytes=self._memory.unplanned_bytes,
+            scratch_buffers=len(self._memory.buffer_bytes),
+            temporaries=sum(1 for slot in self._plan.slots if slot.role == "temp"),
+            in_place_steps=self._memory.in_place_steps,
+            port_bytes=ports,
+        )
 
     @property
     def primitives(self) -> list:
@@ -62,8 +99,32 @@ class CompiledPartition:
         )
 
     def inplace_ports(self) -> list[tuple[int, int]]:
-        """(input id, output id) pairs that may share a buffer; none yet (issue 6 adds them)."""
-        return []
+        """``(input id, output id)`` pairs that may share one buffer, oneDNN's in-place rule:
+        the same memory descriptor, an input that is not constant and that nothing outside the
+        partition reads, and no step reading the input after the output is first written
+        (an elementwise step reading it at the index it writes, a binary post-op operand
+        included, is fine). Pass the same ``Tensor`` (or memory) for both to save a buffer;
+        the execution stays correct either way."""
+        steps = self._plan.steps
+        pairs = []
+        for i, in_lt in enumerate(self.inputs):
+            if in_lt.property_type == "constant" or in_lt.id in self.partition.shared_inputs:
+                continue
+            in_slot = self._slot_of("input", i)
+            for j, out_lt in enumerate(self.outputs):
+                out_slot = self._slot_of("output", j)
+                if in_slot is None or out_slot is None or in_lt.memory_desc() != out_lt.memory_desc():
+                    continue
+                if _reads_before_writes(steps, in_slot, out_slot):
+                    pairs.append((in_lt.id, out_lt.id))
+                    break
+        return pairs
+
+    def _slot_of(self, role: str, index: int) -> int | None:
+        for k, slot in enumerate(self._plan.slots):
+            if slot.role == role and slot.index == index:
+                return k
+        return None
 
     def _bind(self, given, ports: tuple[LogicalTensor, ...], role: str) -> list[Tensor]:
         if isinstance(given, dict):
@@ -117,17 +178,15 @@ class CompiledPartition:
         outs = self._bind(outputs, self.outputs, "outputs")
         self._in_flight = [(event, temps) for event, temps in self._in_flight if not event.done]
 
+        temps = [self.engine.memory(MemoryDesc((size,), "u8")) for size in self._memory.buffer_bytes]
         memories: list[Memory] = []
-        temps: list[Memory] = []
-        for slot in self._plan.slots:
+        for i, slot in enumerate(self._plan.slots):
             if slot.role == "input":
                 memories.append(ins[slot.index].memory)
             elif slot.role == "output":
                 memories.append(outs[slot.index].memory)
             else:
-                memory = self.engine.memory(MemoryDesc((max(slot.nbytes, 1),), "u8"))
-                temps.append(memory)
-                memories.append(memory)
+                memories.append(temps[self._memory.buffer_of[i]])
 
         views: dict = {}
 
@@ -141,6 +200,9 @@ class CompiledPartition:
             return views[key]
 
         in_order = StreamFlags.out_of_order not in stream.flags
+        # Hazards are per buffer, not per slot: planned temporaries share buffers, and a user
+        # may pass one memory as an input and an output (an in-place port).
+        buffer_key = [m.cl_buffer.int_ptr for m in memories]
         writer: dict[int, Event] = {}
         readers: dict[int, list[Event]] = {}
         events: list[Event] = []
@@ -154,22 +216,24 @@ class CompiledPartition:
             else:
                 step_deps = list(user_deps)
                 for name, view in step.args:
-                    if view.slot in writer:
-                        step_deps.append(writer[view.slot])
+                    key = buffer_key[view.slot]
+                    if key in writer:
+                        step_deps.append(writer[key])
                     if name in _WRITTEN:
-                        step_deps.extend(readers.get(view.slot, ()))
+                        step_deps.extend(readers.get(key, ()))
             last = stream.execute(primitive, args, deps=step_deps)
             events.append(last)
             for name, view in step.args:
+                key = buffer_key[view.slot]
+                if key in writer:
+                    consumed.add(id(writer[key]))
                 if name in _WRITTEN:
-                    if view.slot in writer:
-                        consumed.add(id(writer[view.slot]))
-                    writer[view.slot] = last
-                    readers[view.slot] = []
+                    for reader in readers.get(key, ()):
+                        consumed.add(id(reader))
+                    writer[key] = last
+                    readers[key] = []
                 else:
-                    readers.setdefault(view.slot, []).append(last)
-                    if view.slot in writer:
-                        consumed.add(id(writer[view.slot]))
+                    readers.setdefault(key, []).append(last)
         if last is None:
             done = stream.marker(deps=user_deps)
         elif in_order:
@@ -182,6 +246,32 @@ class CompiledPartition:
             # enqueues later: hold the temporaries until the partition completes.
             self._in_flight.append((done, (temps, views)))
         return done
+
+
+_SAME_INDEX_READS = frozenset({"src", "src0", "src1"})
+
+
+def _reads_before_writes(steps, in_slot: int, out_slot: int) -> bool:
+    """Whether every read of ``in_slot`` happens before ``out_slot`` is first written, or in
+    the writing step itself at the index written (an elementwise kernel with the same layout)."""
+    first_write = next((k for k, step in enumerate(steps)
+                        if any(v.slot == out_slot and n in _WRITTEN for n, v in step.args)), None)
+    if first_write is None:
+        return False
+    for k, step in enumerate(steps):
+        for name, view in step.args:
+            if view.slot != in_slot or k < first_write:
+                continue
+            if k > first_write:
+                return False
+            dst = dict(step.args).get("dst")
+            same_index = name in _SAME_INDEX_READS or name.startswith("post_op_")
+            if not (getattr(step.desc, "kind", None) in ("eltwise", "binary", "matmul", "convolution")
+                    and same_index and dst is not None and dst.slot == out_slot and view.desc == dst.desc):
+                return False
+            if getattr(step.desc, "kind", None) in ("matmul", "convolution") and not name.startswith("post_op_"):
+                return False
+    return True
 
 
 def _shaped(lt: LogicalTensor, shapes: dict, ports: dict[int, LogicalTensor]) -> LogicalTensor:

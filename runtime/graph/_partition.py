@@ -33,6 +33,8 @@ class Partition:
     is_supported: bool
     engine_kind: str
     fpmath_mode: str
+    # Input ports that ops outside the partition read too: never in-place candidates.
+    shared_inputs: frozenset = attrs.field(default=frozenset(), kw_only=True)
 
     @classmethod
     def _from_ops(cls, pid: int, ops: list[Op], graph: Graph, supported: bool) -> Partition:
@@ -49,8 +51,13 @@ class Partition:
             # No consumer, an End op (oneDNN's way to mark a graph output), or one outside.
             if not consumers or any(c.kind == "End" or id(c) not in inside for c in consumers):
                 outputs.append(lt)
+        shared = frozenset(
+            lt_id for lt_id in inputs
+            if any(id(c) not in inside for c in graph.consumers(lt_id) if c.kind != "End")
+            or any(c.kind == "End" for c in graph.consumers(lt_id))
+        )
         return cls(pid, tuple(ops), tuple(inputs.values()), tuple(outputs), supported,
-                   graph.engine_kind, graph.fpmath_mode)
+                   graph.engine_kind, graph.fpmath_mode, shared_inputs=shared)
 
     @property
     def op_kinds(self) -> tuple[str, ...]:
