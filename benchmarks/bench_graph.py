@@ -88,6 +88,18 @@ async def prepare(build, engine, policy, arrays):
     return runs, tensors, out_ids, sum(len(cp.primitives) for cp, _, _ in runs)
 
 
+def memory_bytes(graph, runs) -> tuple[int, int]:
+    """(every tensor of the graph in its own buffer, fused ports + planned scratch - in-place)."""
+    tensors = {lt.id: lt for op in graph.ops for lt in (*op.inputs, *op.outputs)}
+    naive = sum(lt.nbytes for lt in tensors.values())
+    planned = 0
+    for cp, _, _ in runs:
+        stats = cp.memory_statistics()
+        shared = sum(cp.query_logical_tensor(o).nbytes for _, o in cp.inplace_ports())
+        planned += stats.scratch_bytes + stats.port_bytes - shared
+    return naive, planned
+
+
 async def run_once(stream, runs) -> None:
     event = None
     for cp, ins, outs in runs:
@@ -123,10 +135,13 @@ async def run(args):
                     await run_once(stream, variant[0])
                     samples[policy].append(time.perf_counter() - t0)
             t_f, t_d = common.median(samples["fusion"]), common.median(samples["debug"])
-            rows.append([name, fused[3], debug[3], t_f * 1e6, t_d * 1e6, t_d / t_f])
+            naive, planned = memory_bytes(build(), fused[0])
+            rows.append([name, fused[3], debug[3], t_f * 1e6, t_d * 1e6, t_d / t_f,
+                         naive / 2**20, planned / 2**20, planned / naive])
             results[name] = {"fused_us": t_f * 1e6, "debug_us": t_d * 1e6, "fused_primitives": fused[3],
-                             "debug_primitives": debug[3]}
-        common.print_table(["graph", "fused prims", "debug prims", "fused µs", "debug µs", "fused speedup"], rows)
+                             "debug_primitives": debug[3], "naive_bytes": naive, "planned_bytes": planned}
+        common.print_table(["graph", "fused prims", "debug prims", "fused µs", "debug µs", "fused speedup",
+                            "naive MiB", "planned MiB", "planned / naive"], rows)
         return results, engine
 
 
