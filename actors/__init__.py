@@ -10,10 +10,14 @@ from ._devices import DeviceRecord, describe_device, device_kind, list_devices
 from ._engine_actor import BuildRequest, BuiltKernel, EngineActor
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
 from ._primitive_cache import (
+    COMPILED_PARTITION_CAPACITY_ENV_VARS,
     CacheActor,
+    CacheStatistics,
+    CompiledPartitionCacheStatistics,
     PrimitiveCache,
     PrimitiveCacheStatistics,
     capacity_from_env,
+    global_compiled_partition_cache,
     global_primitive_cache,
 )
 from ._reply import ReplySlot
@@ -23,10 +27,14 @@ from ._stream_actor import StreamActor
 __all__ = [
     "BuildRequest",
     "BuiltKernel",
+    "COMPILED_PARTITION_CAPACITY_ENV_VARS",
     "CacheActor",
+    "CacheStatistics",
+    "CompiledPartitionCacheStatistics",
     "PrimitiveCache",
     "PrimitiveCacheStatistics",
     "capacity_from_env",
+    "global_compiled_partition_cache",
     "global_primitive_cache",
     "CompletionActor",
     "DeviceRecord",

@@ -1,11 +1,15 @@
 """The process-global primitive cache and the per-runtime actor that builds its entries.
 
 Entries are context-independent primitive implementations (generated source, compiled binary),
-kept in LRU order up to a capacity. A request for a key that is being built joins that build, from
-any trio task of any trio run in the process (one per OS thread, say): one build, one miss, every
-other request a coalesced wait. The build itself runs in the requesting runtime's cache actor
-nursery, so a requester that is cancelled never cancels it for the others. When a build fails,
-every waiter gets a fresh exception chained to the builder's, and nothing stays in the cache.
+kept in LRU order up to a capacity. The compiled-partition cache is a second ``PrimitiveCache``
+on the same machinery (its own capacity variables, statistics record and failure wording), whose
+entries are engine-bound ``CompiledPartition`` objects.
+
+A request for a key that is being built joins that build, from any trio task of any trio run in
+the process (one per OS thread, say): one build, one miss, every other request a coalesced wait.
+The build itself runs in the requesting runtime's cache actor nursery, so a requester that is
+cancelled never cancels it for the others. When a build fails, every waiter gets a fresh
+exception chained to the builder's, and nothing stays in the cache.
 
 State lives behind one ``threading.Lock`` held for dictionary operations only.
 """
@@ -29,11 +33,21 @@ CAPACITY_ENV_VARS = (
     "ONEDNN_PRIMITIVE_CACHE_CAPACITY",
     "DNNL_PRIMITIVE_CACHE_CAPACITY",
 )
+COMPILED_PARTITION_CAPACITY_ENV_VARS = (
+    "TRIODNN_COMPILED_PARTITION_CACHE_CAPACITY",
+    "ONEDNN_GRAPH_COMPILED_PARTITION_CACHE_CAPACITY",
+    "DNNL_GRAPH_COMPILED_PARTITION_CACHE_CAPACITY",
+)
+PRIMITIVE_FAILURE = "creating the primitive failed"
+COMPILED_PARTITION_FAILURE = "compiling the partition failed"
 
 
-def capacity_from_env(environ: Mapping[str, str] = os.environ) -> int:
-    """The first of ``CAPACITY_ENV_VARS`` set to a non-negative integer, else 1024."""
-    for name in CAPACITY_ENV_VARS:
+def capacity_from_env(
+    environ: Mapping[str, str] = os.environ, *, names: tuple[str, ...] = CAPACITY_ENV_VARS
+) -> int:
+    """The first of ``names`` (default: the primitive cache's ``CAPACITY_ENV_VARS``) set to a
+    non-negative integer, else 1024."""
+    for name in names:
         value = environ.get(name)
         if value is None:
             continue
@@ -53,8 +67,8 @@ def check_capacity(capacity) -> int:
 
 
 @attrs.frozen
-class PrimitiveCacheStatistics:
-    """A snapshot of the primitive cache: entries, capacity and what requests found."""
+class CacheStatistics:
+    """A snapshot of a cache: entries, capacity and what requests found."""
 
     size: int
     capacity: int
@@ -66,6 +80,17 @@ class PrimitiveCacheStatistics:
     failed_builds: int
 
 
+@attrs.frozen
+class PrimitiveCacheStatistics(CacheStatistics):
+    """A snapshot of the primitive cache: entries, capacity and what requests found."""
+
+
+@attrs.frozen
+class CompiledPartitionCacheStatistics(CacheStatistics):
+    """A snapshot of the compiled-partition cache: entries, capacity and what compiles found
+    (``in_flight_builds`` and ``failed_builds`` count partition compilations)."""
+
+
 class _Abandoned(Exception):
     """A build whose runtime shut down before it finished; its waiters look the key up again."""
 
@@ -73,8 +98,9 @@ class _Abandoned(Exception):
 class Flight:
     """One build in progress; any trio run in the process may wait for it."""
 
-    def __init__(self, key) -> None:
+    def __init__(self, key, failure: str = PRIMITIVE_FAILURE) -> None:
         self.key = key
+        self._failure = failure
         self._lock = threading.Lock()
         self._finished = False
         self._value = None
@@ -114,15 +140,22 @@ class Flight:
         if self._error is not None:
             error = self._error
             kind = type(error) if isinstance(error, TriodnnError) else BuildError
-            raise kind(f"creating the primitive failed: {error}") from error
+            raise kind(f"{self._failure}: {error}") from error
         return self._value
 
 
 class PrimitiveCache:
-    """LRU of built implementations plus the builds in flight, shared by every runtime."""
+    """LRU of built implementations plus the builds in flight, shared by every runtime.
 
-    def __init__(self, capacity: int) -> None:
+    ``statistics`` is the record ``statistics()`` returns; ``failure`` starts the message of the
+    exception each waiter of a failed build gets. The defaults are the primitive cache's.
+    """
+
+    def __init__(self, capacity: int, *, statistics: type[CacheStatistics] = PrimitiveCacheStatistics,
+                 failure: str = PRIMITIVE_FAILURE) -> None:
         self._lock = threading.Lock()
+        self._statistics = statistics
+        self._failure = failure
         self._capacity = capacity
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._flights: dict[object, Flight] = {}
@@ -139,9 +172,9 @@ class PrimitiveCache:
             self._capacity = capacity
             self._evict_locked()
 
-    def statistics(self) -> PrimitiveCacheStatistics:
+    def statistics(self) -> CacheStatistics:
         with self._lock:
-            return PrimitiveCacheStatistics(
+            return self._statistics(
                 size=len(self._entries),
                 capacity=self._capacity,
                 hits=self._hits,
@@ -162,13 +195,13 @@ class PrimitiveCache:
                 return "hit", value
             if self._capacity == 0:
                 self._misses += 1
-                return "build", Flight(key)  # disabled: a private build, shared with nobody
+                return "build", Flight(key, self._failure)  # disabled: a private build, shared with nobody
             flight = self._flights.get(key)
             if flight is not None:
                 self._coalesced += 1
                 return "join", flight
             self._misses += 1
-            flight = self._flights[key] = Flight(key)
+            flight = self._flights[key] = Flight(key, self._failure)
             return "build", flight
 
     def complete(self, flight: Flight, value=None, error: BaseException | None = None) -> None:
@@ -199,6 +232,23 @@ class PrimitiveCache:
         with self._lock:
             return list(self._entries.values())
 
+    def discard(self, key, value) -> bool:
+        """Drop ``key``'s entry if it still is ``value`` (a stale entry); not an eviction."""
+        with self._lock:
+            if self._entries.get(key) is not value:
+                return False
+            del self._entries[key]
+            return True
+
+    def discard_if(self, predicate: Callable[[object, object], bool]) -> int:
+        """Drop every entry for which ``predicate(key, value)`` holds (entries bound to engines
+        that closed); not evictions. Returns how many went."""
+        with self._lock:
+            doomed = [key for key, value in self._entries.items() if predicate(key, value)]
+            for key in doomed:
+                del self._entries[key]
+            return len(doomed)
+
     def _evict_locked(self) -> None:
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
@@ -206,6 +256,7 @@ class PrimitiveCache:
 
 
 _global: PrimitiveCache | None = None
+_global_partitions: PrimitiveCache | None = None
 _global_lock = threading.Lock()
 
 
@@ -219,10 +270,26 @@ def global_primitive_cache() -> PrimitiveCache:
     return _global
 
 
-class CacheActor:
-    """Runs the builds a runtime's requests start, in its own nursery, behind a limiter."""
+def global_compiled_partition_cache() -> PrimitiveCache:
+    """The process's compiled-partition cache, created at first use with the capacity
+    ``COMPILED_PARTITION_CAPACITY_ENV_VARS`` give."""
+    global _global_partitions
+    if _global_partitions is None:
+        with _global_lock:
+            if _global_partitions is None:
+                _global_partitions = PrimitiveCache(
+                    capacity_from_env(names=COMPILED_PARTITION_CAPACITY_ENV_VARS),
+                    statistics=CompiledPartitionCacheStatistics,
+                    failure=COMPILED_PARTITION_FAILURE,
+                )
+    return _global_partitions
 
-    def __init__(self, cache: PrimitiveCache, *, concurrent_builds: int = 4) -> None:
+
+class CacheActor:
+    """Runs the builds a runtime's requests start, in its own nursery, behind a limiter
+    (``concurrent_builds``: an int, or ``math.inf`` for none)."""
+
+    def __init__(self, cache: PrimitiveCache, *, concurrent_builds: float = 4) -> None:
         self.cache = cache
         self._send, self._recv = trio.open_memory_channel(math.inf)
         self._limiter = trio.CapacityLimiter(concurrent_builds)

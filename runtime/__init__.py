@@ -28,6 +28,12 @@ from ._errors import (
     TriodnnError,
     UnsupportedError,
 )
+from ._compiled_partition_cache import (
+    CompiledPartitionCacheStatistics,
+    compiled_partition_cache_statistics,
+    get_compiled_partition_cache_capacity,
+    set_compiled_partition_cache_capacity,
+)
 from ._event import Event, ProfilingTimes
 from ._memory import Memory
 from ._memory_desc import MemoryDesc
@@ -68,6 +74,7 @@ __all__ = [
     "BuildError",
     "CacheBlobError",
     "ClosedError",
+    "CompiledPartitionCacheStatistics",
     "ConcatDesc",
     "ConvolutionDesc",
     "DependencyError",
@@ -105,10 +112,13 @@ __all__ = [
     "TriodnnError",
     "UnsupportedError",
     "available_engines",
+    "compiled_partition_cache_statistics",
     "current_runtime",
+    "get_compiled_partition_cache_capacity",
     "get_primitive_cache_capacity",
     "ocl_interop",
     "open_runtime",
     "primitive_cache_statistics",
+    "set_compiled_partition_cache_capacity",
     "set_primitive_cache_capacity",
 ]

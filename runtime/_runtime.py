@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 from collections.abc import AsyncIterator
 
@@ -22,6 +23,7 @@ from .actors import (
     StreamActor,
     choose_out_of_order_strategy,
     describe_device,
+    global_compiled_partition_cache,
     global_primitive_cache,
     list_devices,
 )
@@ -83,6 +85,10 @@ class Runtime:
         self._completion = completion
         self._cache_actor: CacheActor | None = None
         self._caches: list[tuple[CacheActor, trio.Event]] = []
+        # Compiled partitions: their compiles create primitives through the cache actor above
+        # and may use streams, so this actor stops first.
+        self._partition_cache_actor: CacheActor | None = None
+        self._partition_caches: list[tuple[CacheActor, trio.Event]] = []
         self._streams: list[tuple[StreamActor, trio.Event]] = []
         self._engines: list[tuple[EngineActor, trio.Event]] = []
         self.closed = False
@@ -154,13 +160,18 @@ class Runtime:
             raise ClosedError("the runtime is closed")
 
     async def _shutdown(self) -> None:
-        """Streams drain and finish their queues, engines finish their builds, then callbacks stop."""
+        """Partition compiles finish, streams drain and finish their queues, engines finish their
+        builds, then callbacks stop. Compiled partitions of this runtime's engines, useless once
+        the engines close, leave the process-global cache (not counted as evictions)."""
         self.closed = True
-        for registry in (self._streams, self._caches, self._engines):
+        for registry in (self._partition_caches, self._streams, self._caches, self._engines):
             for actor, _ in registry:
                 actor.close()
             for _, exited in registry:
                 await exited.wait()
+        global_compiled_partition_cache().discard_if(
+            lambda key, compiled: getattr(getattr(compiled, "engine", None), "_runtime", None) is self
+        )
         self._completion_scope.cancel()
 
     def statistics(self):
@@ -190,6 +201,11 @@ async def open_runtime() -> AsyncIterator[Runtime]:
             runtime._completion_scope = completion_scope
             runtime._cache_actor = CacheActor(global_primitive_cache())
             await runtime._start(runtime._cache_actor, runtime._caches)
+            # A compile mostly waits for primitive builds, which the actor above limits.
+            runtime._partition_cache_actor = CacheActor(
+                global_compiled_partition_cache(), concurrent_builds=math.inf
+            )
+            await runtime._start(runtime._partition_cache_actor, runtime._partition_caches)
             token = _current.set(runtime)
             try:
                 yield runtime
