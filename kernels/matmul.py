@@ -4,7 +4,15 @@ Batch dimensions broadcast as numpy's ``matmul`` does; any strides (a transposed
 swapped strides). Each work-item keeps a ``TM x TN`` block of ``dst`` in registers and walks K once:
 register blocking, no local memory (on PoCL's CPU device local-memory tiling with barriers is
 slower: accumulators spill at every barrier). Work-items whose block lies inside the matrix take a
-path without bounds checks; edge blocks check each row and column.
+path without bounds checks; edge blocks check each row and column. That is the GPU kernel; the CPU
+device (``vector_width`` 16) gets ``_cpu_generate``'s: the same register blocking inside a
+GotoBLAS-like work-item that copies its weights panel to __local memory by K chunks (no barriers).
+
+``src``, ``weights``, ``bias`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32
+math, as oneDNN's bf16/f16 matmul accumulates in f32): every element converts to float as it is
+loaded, inside the same register blocking, and the result converts to dst's type as it is stored.
+Integer inputs accumulate in f32 too, so integer sums are exact only below 2**24. The all-f32
+kernel is the plain one (no conversion helpers).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import _post_ops
+from . import _dtype_io, _post_ops
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
 
 
@@ -29,7 +37,8 @@ def tiles(config: KernelConfig) -> tuple[int, int, tuple[int, int]]:
 
     CPU (16-wide vectors): 16 x 16 blocks, each row of the block one float16 FMA chain (16 of
     AVX-512's 32 registers); measured on PoCL at 1024^3: 4 x 16 gave 55 GFLOP/s, 8 x 16 80,
-    16 x 16 98 (numpy 200+ on the same 2 cores). GPU: 4 x 4 blocks in 16 x 16 work-groups.
+    16 x 16 98 (numpy 200+ on the same 2 cores). ``generate`` no longer uses the CPU answer: the CPU
+    path is ``_cpu_generate`` (``_cpu_tile``). GPU: 4 x 4 blocks in 16 x 16 work-groups.
     """
     if config.vector_width >= 16:
         return 16, 16, (1, 1)
@@ -40,6 +49,221 @@ def tiles(config: KernelConfig) -> tuple[int, int, tuple[int, int]]:
 def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
     pad = ndims - len(dims)
     return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
+
+
+# -- CPU (PoCL) path -------------------------------------------------------------------------------
+#
+# GotoBLAS-like, inside one work-item (work-groups of one, so no barriers): each work-item owns a
+# column panel of dst (CPU_TN columns) and up to CPU_MC rows. For each chunk of CPU_KC rows of K it
+# copies its panel of weights (CPU_KC x CPU_TN) into __local memory, contiguous and converted to
+# float, zero past N (weights contiguous along K are transposed 16 x 16 in registers); then it runs
+# micro-tiles down its rows: CPU_TM x CPU_TN = 24 float16 accumulators, 4 weight vectors and one
+# broadcast of src per k (AVX-512 has 32 registers), K loop unrolled CPU_UNROLL times. Partial sums
+# between chunks wait in __local memory. The copy makes the weights reads unit-stride whatever
+# their layout (a power-of-two row stride otherwise lands every row in one L1 set) and is paid
+# once per CPU_MC rows. A micro-tile crossing M moves up to end at row M, so src rows are always
+# one base plus constant offsets (per-row clamped pointers made LLVM vectorise the address
+# arithmetic inside the K loop).
+#
+# Measured (PoCL 3.0 / LLVM 14, 2-core AVX-512 Xeon shared with other jobs, best of N, GFLOP/s at
+# 1024^3 unless said): the previous 16x16 kernel 87; 8x32 reading weights in place 95, weights
+# pre-packed by the host 107, copied in the kernel 175, plus K chunks of 256 199 (numpy 115 in that
+# run). Without mm_wide (ymm code) 8x32 pre-packed 65 vs 70. 16x32 spills (32 accumulators).
+# 6x64 vs 8x32 at 2048: 251-267 vs 209-237 over four runs, at 1024 within noise; unroll 4 at 2048
+# 274 vs 252. Not better: KC 64/128/512, MC 64/128, 12x32, 4x96, 5x64, src rows padded off 4 KiB.
+
+CPU_TM, CPU_TN, CPU_KC, CPU_MC, CPU_UNROLL, CPU_ITEMS = 6, 64, 256, 256, 4, 16
+
+
+def _cpu_tile(m: int, n: int) -> tuple[int, int]:
+    """Micro-tile rows x columns: CPU_TM x CPU_TN (24 float16 accumulators) where N fills it,
+    else 8 x 32 or 16 x 16 (16 accumulators), so narrow matrices compute fewer padding columns.
+    M <= 8 takes 8 x 32 (one micro-tile of M rows reading the weights in place: 8x1024x1024 54
+    GFLOP/s against 37 with two 4 x 64 tiles)."""
+    if n >= CPU_TN and m > 8:
+        return CPU_TM, CPU_TN
+    return (8, 32) if n > 16 else (16, 16)
+
+# LLVM prefers 256-bit vectors on this CPU and splits float16 into two ymm halves unless the
+# function's "min-legal-vector-width" says 512; calling any function that takes a float16 sets it.
+_CPU_PRELUDE = (
+    "typedef float16 __attribute__((aligned(4))) mm_float16u;\n"  # unaligned float16 access
+    "static float16 mm_wide(const float16 x) { return x; }\n"
+    "#define MM_MIN(a, b) ((a) < (b) ? (a) : (b))\n"  # OpenCL's min() stays a call on PoCL
+)
+
+
+def _cpu_rows_per_item(m: int, n_panels: int, nbatch: int, tm: int) -> int:
+    """Rows per work-item, a multiple of ``tm``: at most CPU_MC, fewer while that leaves under
+    CPU_ITEMS work-items (load balance over the cores), then evened out over the row blocks."""
+    tiles = math.ceil(m / tm)
+    blocks = math.ceil(tiles / max(1, CPU_MC // tm))
+    while blocks < tiles and n_panels * blocks * nbatch < CPU_ITEMS:
+        blocks += 1
+    return math.ceil(tiles / blocks) * tm
+
+
+def _cpu_generate(
+    *, m: int, n: int, k: int, nbatch: int, batch_offsets: str,
+    sa: tuple, sb: tuple, sd: tuple, sc: tuple, has_bias: bool,
+    post_ops: tuple, po_strides: dict, dtypes: dict[str, str],
+) -> KernelSpec:
+    tm, tn = _cpu_tile(m, n)
+    tm = math.ceil(m / math.ceil(m / tm))  # as many micro-tiles, fewest rows (M=8: 2 x 4, not 2 x 6)
+    nv = tn // 16
+    nt = math.ceil(n / tn)
+    mc = _cpu_rows_per_item(m, nt, nbatch, tm)
+    # One micro-tile per work-item: nothing reuses a copy of the weights, so full panels of f32
+    # row-major weights are read in place.
+    direct = mc == tm and dtypes["weights"] == "f32" and sb[-1] == 1 and n >= tn
+    mt = math.ceil(m / mc)
+    kc = min(k, CPU_KC)
+    chunks = math.ceil(k / kc)
+    sam, sak = sa[-2], sa[-1]
+    sbk, sbn = sb[-2], sb[-1]
+    sdm, sdn = sd[-2], sd[-1]
+    scm, scn = sc[-2], sc[-1]
+    sdt, wdt, cdt, ddt = dtypes["src"], dtypes["weights"], dtypes["bias"], dtypes["dst"]
+    po_names = tuple(po_strides)
+    load, store = _dtype_io.load, _dtype_io.store
+    accs = [(i, j) for i in range(tm) for j in range(nv)]
+
+    # Weights chunk -> bp (kc rows of tn floats). Full panels of f32 row-major weights copy float16
+    # vectors; the N-edge panel and other layouts copy element by element, in the order that
+    # reads memory contiguously, zero past N.
+    def copy(full: bool) -> str:
+        if full and wdt == "f32" and sbn == 1:
+            return (f"for (ulong kk = 0; kk < kc; ++kk) {{ const ulong o = off_b + (k0 + kk) * {sbk}UL + n0;"
+                    + "".join(f" bp[kk * {nv}UL + {j}UL] = *(__global const mm_float16u*)(wei + o + {16 * j}UL);"
+                              for j in range(nv)) + " }")
+        value = load(wdt, "wei", f"off_b + (k0 + kk) * {sbk}UL + (n0 + j) * {sbn}UL")
+        if full and wdt == "f32" and sbk == 1:
+            # Weights contiguous along K (N x K, e.g. a linear layer's): 16 float16 reads down K,
+            # transposed in registers (4 rounds of even/odd shuffles), 16 float16 stores.
+            rounds = []
+            t = [f"t{r}" for r in range(16)]
+            for stage in range(4):
+                u = [f"u{stage}_{r}" for r in range(16)]
+                rounds += [f"const float16 {u[q]} = (float16)({t[2 * q]}.even, {t[2 * q + 1]}.even);"
+                           f" const float16 {u[q + 8]} = (float16)({t[2 * q]}.odd, {t[2 * q + 1]}.odd);"
+                           for q in range(8)]
+                t = u
+            block = (
+                " ".join(f"const float16 t{r} = *(__global const mm_float16u*)(wei + off_b + (n0 + j + {r}UL) * {sbn}UL + k0 + kk);"
+                         for r in range(16))
+                + " " + " ".join(rounds) + " "
+                + " ".join(f"bp[(kk + {r}UL) * {nv}UL + j / 16UL] = {t[r]};" for r in range(16)))
+            return (f"for (ulong kk = 0; kk + 16UL <= kc; kk += 16UL) for (ulong j = 0; j < {tn}UL; j += 16UL) {{ {block} }}"
+                    f" for (ulong kk = kc / 16UL * 16UL; kk < kc; ++kk) for (ulong j = 0; j < {tn}UL; ++j) bpf[kk * {tn}UL + j] = {value};")
+        if not full:
+            value = f"(n0 + j < N) ? {value} : 0.0f"
+        inner, outer = ("kk < kc; ++kk", f"j < {tn}UL; ++j") if abs(sbk) < abs(sbn) else (f"j < {tn}UL; ++j", "kk < kc; ++kk")
+        var = lambda s: s.split(" ")[0]  # noqa: E731
+        return (f"for (ulong {var(outer)} = 0; {outer}) for (ulong {var(inner)} = 0; {inner}) "
+                f"bpf[kk * {tn}UL + j] = {value};")
+
+    # A micro-tile past M moves up to end at row M (rows mr..mr+tm-1, all real: src rows are one
+    # base plus constant offsets; tm <= M) and stores only its rows from mi on.
+    a_rows = f"const ulong mr = MM_MIN(mi, M - {tm}UL); const ulong a0 = off_a + mr * {sam}UL;"
+
+    def k_loop(b_in_place: bool) -> str:
+        b = (lambda j: f"*(__global const mm_float16u*)(wei + off_b + (k0 + kk) * {sbk}UL + n0 + {16 * j}UL)"
+             ) if b_in_place else (lambda j: f"bp[kk * {nv}UL + {j}UL]")
+        body = "\n".join(
+            [f"                const float16 b{j} = {b(j)};" for j in range(nv)]
+            + [f"                {{ const float16 a = (float16)({load(sdt, 'src', f'a0 + {i * sam}UL + (k0 + kk) * {sak}UL')});"
+               + "".join(f" c{i}_{j} += a * b{j};" for j in range(nv)) + " }" for i in range(tm)])
+        return f"""__attribute__((opencl_unroll_hint({CPU_UNROLL})))
+            for (ulong kk = 0; kk < kc; ++kk) {{
+{body}
+            }}"""
+    zero = " ".join(f"c{i}_{j} = (float16)(0.0f);" for i, j in accs)
+    reload = " ".join(f"c{i}_{j} = cs[(mi - m0 + {i}UL) * {nv}UL + {j}UL];" for i, j in accs)
+    save = " ".join(f"cs[(mi - m0 + {i}UL) * {nv}UL + {j}UL] = c{i}_{j};" for i, j in accs)
+
+    # Epilogue of a full micro-tile: acc + bias, the post-ops and the store on float16 rows.
+    def row(i: int, j: int, name: str, base: str, sm: int, sn: int, dtype: str) -> str:
+        if dtype == "f32" and sn == 1:
+            return f"(*(__global const mm_float16u*)({name} + {base} + (mr + {i}UL) * {sm}UL + n0 + {16 * j}UL))"
+        return "(float16)(" + ", ".join(
+            load(dtype, name, f"{base} + (mr + {i}UL) * {sm}UL + (n0 + {16 * j + l}UL) * {sn}UL") for l in range(16)) + ")"
+
+    def vector_store(i: int, j: int) -> str:
+        value = f"c{i}_{j}" + (f" + {row(i, j, 'bias', 'off_c', scm, scn, cdt)}" if has_bias else "")
+        post = _post_ops.apply(
+            post_ops, "r", "float16", row(i, j, "dst", "off_d", sdm, sdn, ddt),
+            lambda name: row(i, j, name, f"off_{name}", po_strides[name][-2], po_strides[name][-1], "f32"))
+        if ddt == "f32" and sdn == 1:
+            out = f"*(__global mm_float16u*)(dst + off_d + (mr + {i}UL) * {sdm}UL + n0 + {16 * j}UL) = r;"
+        else:
+            out = " ".join(store(ddt, "dst", f"off_d + (mr + {i}UL) * {sdm}UL + (n0 + {16 * j + l}UL) * {sdn}UL", f"r.s{l:x}")
+                           for l in range(16))
+        return f"{{ float16 r = {value}; {post} {out} }}"
+
+    # Edge micro-tiles: the accumulators go through __local memory, then one checked scalar loop.
+    bias = load(cdt, "bias", f"off_c + (mr + i) * {scm}UL + (n0 + j) * {scn}UL") if has_bias else "0.0f"
+    po_scalar = _dtype_io.apply_post_ops_scalar(post_ops, "v", "od", {
+        name: f"off_{name} + (mr + i) * {po_strides[name][-2]}UL + (n0 + j) * {po_strides[name][-1]}UL"
+        for name in po_names}, ddt)
+    edge = (" ".join(f"ce[{i * nv + j}] = c{i}_{j};" for i, j in accs) + f"""
+                for (ulong i = 0; i < {tm}UL; ++i) if (mr + i >= mi && mr + i < M) for (ulong j = 0; j < {tn}UL; ++j) if (n0 + j < N) {{
+                    const ulong od = off_d + (mr + i) * {sdm}UL + (n0 + j) * {sdn}UL;
+                    float v = cef[i * {tn}UL + j] + {bias};
+                    {po_scalar}
+                    {store(ddt, "dst", "od", "v")}
+                }}""")
+    epilogue = f"""if (mr == mi && mi + {tm}UL <= M && n0 + {tn}UL <= N) {{
+                {(chr(10) + '                ').join(vector_store(i, j) for i, j in accs)}
+            }} else {{
+                {edge}
+            }}"""
+    if chunks > 1:
+        start = f"if (k0 == 0) {{ {zero} }} else {{ {reload} }}"
+        finish = f"if (k0 + {kc}UL < K) {{ {save} }} else {epilogue}"
+    else:
+        start, finish = zero, epilogue
+
+    bias_param = f" {_dtype_io.param(cdt, 'bias', const=True)}," if has_bias else ""
+    loads = (sdt, wdt, ddt) + ((cdt,) if has_bias else ())
+    source = (_dtype_io.functions(loads=loads, stores=(ddt,)) + _post_ops.functions(post_ops, ("float", "float16"))
+              + _CPU_PRELUDE + f"""#define M {m}UL
+#define N {n}UL
+#define K {k}UL
+__kernel void matmul_fwd({_dtype_io.param(sdt, "src", const=True)}, {_dtype_io.param(wdt, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
+                         {_dtype_io.param(ddt, "dst", const=False)}) {{
+    __local float16 bp[{kc * nv}];
+    __local float* const bpf = (__local float*)bp;
+    __local float16 ce[{tm * nv}];
+    __local float* const cef = (__local float*)ce;
+    {f"__local float16 cs[{mc * nv}];" if chunks > 1 else ""}
+    const ulong nb = get_global_id(0), mb = get_global_id(1);
+    if (nb >= {nt}UL || mb >= {mt}UL || get_global_id(2) >= {nbatch}UL) return;
+    {batch_offsets}
+    const ulong n0 = nb * {tn}UL, m0 = mb * {mc}UL, m1 = MM_MIN(m0 + {mc}UL, M);
+    float16 {", ".join(f"c{i}_{j}" for i, j in accs)};
+    c0_0 = mm_wide((float16)(0.0f));
+    for (ulong k0 = 0; k0 < K; k0 += {kc}UL) {{
+        const ulong kc = {f"{kc}UL" if k % kc == 0 else f"MM_MIN({kc}UL, K - k0)"};
+        {"if (n0 + " + str(tn) + "UL > N) {" + copy(False) + "}" if direct
+         else "if (n0 + " + str(tn) + "UL <= N) {" + copy(True) + "} else {" + copy(False) + "}"}
+        for (ulong mi = m0; mi < m1; mi += {tm}UL) {{
+            {a_rows}
+            {start}
+            {f"if (n0 + {tn}UL <= N) {{ {k_loop(True)} }} else {{ {k_loop(False)} }}" if direct else k_loop(False)}
+            {finish}
+        }}
+    }}
+}}
+""")
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="matmul_fwd",
+        arg_names=args,
+        global_size=(nt, mt, nbatch),
+        local_size=(1, 1, 1),
+        impl=f"ocl:regblock:{tm}x{tn}:k{kc}:m{mc}{':direct' if direct else ''}:l1x1",
+    )
 
 
 def generate(
@@ -53,13 +277,29 @@ def generate(
     bias_strides: tuple[int, ...] | None = None,
     config: KernelConfig,
     post_ops: tuple = (),
+    src_dtype: str = "f32",
+    wei_dtype: str = "f32",
+    bias_dtype: str = "f32",
+    dst_dtype: str = "f32",
 ) -> KernelSpec:
-    """``post_ops``: a validated chain (see ``_post_ops``), applied to ``acc + bias`` before the
-    store, on float16 rows in full blocks and element by element in edge blocks."""
+    """``post_ops``: a validated chain (see ``_post_ops``; binary operands f32), applied to
+    ``acc + bias`` before the store, on float16 rows in full blocks and element by element in edge
+    blocks. ``*_dtype``: storage types (``_dtype_io.DTYPES``); the math is f32 either way."""
+    for name, dtype in (("src", src_dtype), ("weights", wei_dtype), ("bias", bias_dtype), ("dst", dst_dtype)):
+        _dtype_io.check_dtype(name, dtype)
     m, k = src_dims[-2:]
     k2, n = wei_dims[-2:]
     if k != k2:
         raise ValueError(f"src K {k} differs from weights K {k2}")
+    from . import matmul_gpu  # GPU shape, dst of 64 x 64+: local-memory tiled SGEMM
+
+    if matmul_gpu.applies(m, n, config):
+        return matmul_gpu.generate(
+            src_dims=src_dims, src_strides=src_strides, wei_dims=wei_dims, wei_strides=wei_strides,
+            dst_strides=dst_strides, bias_dims=bias_dims, bias_strides=bias_strides, config=config,
+            post_ops=post_ops, src_dtype=src_dtype, wei_dtype=wei_dtype, bias_dtype=bias_dtype,
+            dst_dtype=dst_dtype,
+        )
     batch = broadcast_batch(src_dims[:-2], wei_dims[:-2])
     dst_dims = batch + (m, n)
     nd = len(dst_dims)
@@ -87,24 +327,32 @@ def generate(
     sbk, sbn = sb[-2], sb[-1]
     sdm, sdn = sd[-2], sd[-1]
     scm, scn = sc[-2], sc[-1]
+    if config.vector_width >= 16:  # CPU device
+        return _cpu_generate(
+            m=m, n=n, k=k, nbatch=nbatch, batch_offsets=batch_offsets, sa=sa, sb=sb, sd=sd, sc=sc,
+            has_bias=has_bias, post_ops=post_ops, po_strides=po_strides,
+            dtypes={"src": src_dtype, "weights": wei_dtype, "bias": bias_dtype, "dst": dst_dtype},
+        )
 
     def vector_block() -> str:
         # 16 columns as one float16 per row: four FMA chains of 16 lanes. The row of weights is
         # gathered from scalar loads (LLVM merges contiguous ones into one vector load without
         # assuming alignment, which a pointer cast would).
-        lanes = ", ".join(f"wei[wk + {j * sbn}UL]" for j in range(16))
+        lanes = ", ".join(_dtype_io.load(wei_dtype, "wei", f"wk + {j * sbn}UL") for j in range(16))
         rows = "\n".join(
-            f"            acc{i} += (float16)(src[off_a + (m0 + {i}) * {sam}UL + k * {sak}UL]) * b;"
+            f"            acc{i} += (float16)({_dtype_io.load(src_dtype, 'src', f'off_a + (m0 + {i}) * {sam}UL + k * {sak}UL')}) * b;"
             for i in range(tm)
         )
         bias_row = (
             lambda i: " + (float16)(" + ", ".join(
-                f"bias[off_c + (m0 + {i}) * {scm}UL + (n0 + {j}) * {scn}UL]" for j in range(16)) + ")"
+                _dtype_io.load(bias_dtype, "bias", f"off_c + (m0 + {i}) * {scm}UL + (n0 + {j}) * {scn}UL")
+                for j in range(16)) + ")"
         ) if has_bias else (lambda i: "")
         def po_row(i: int) -> str:
             def row(base: str, sm: int, sn: int) -> str:
                 return "(float16)(" + ", ".join(
-                    f"{base}[off_{'d' if base == 'dst' else base} + (m0 + {i}) * {sm}UL + (n0 + {j}) * {sn}UL]"
+                    _dtype_io.load(dst_dtype if base == "dst" else "f32", base,
+                                   f"off_{'d' if base == 'dst' else base} + (m0 + {i}) * {sm}UL + (n0 + {j}) * {sn}UL")
                     for j in range(16)) + ")"
             return _post_ops.apply(
                 post_ops, "r", "float16", row("dst", sdm, sdn),
@@ -113,7 +361,8 @@ def generate(
 
         stores = "\n".join(
             f"        {{ float16 r = acc{i}{bias_row(i)}; {po_row(i)} "
-            + " ".join(f"dst[off_d + (m0 + {i}) * {sdm}UL + (n0 + {j}) * {sdn}UL] = r.s{j:x};" for j in range(16))
+            + " ".join(_dtype_io.store(dst_dtype, "dst", f"off_d + (m0 + {i}) * {sdm}UL + (n0 + {j}) * {sdn}UL", f"r.s{j:x}")
+                       for j in range(16))
             + " }"
             for i in range(tm)
         )
@@ -131,18 +380,20 @@ def generate(
         # Loop bounds are constants: LLVM unrolls the block loops and keeps acc in registers.
         row_ok = "if (m0 + i < M) " if check else ""
         col_ok = "if (n0 + j < N) " if check else ""
-        bias = f"bias[off_c + (m0 + i) * {scm}UL + (n0 + j) * {scn}UL]" if has_bias else "0.0f"
-        po_scalar = _post_ops.apply_scalar(post_ops, "v", "od", {
+        bias = _dtype_io.load(bias_dtype, "bias", f"off_c + (m0 + i) * {scm}UL + (n0 + j) * {scn}UL") if has_bias else "0.0f"
+        po_scalar = _dtype_io.apply_post_ops_scalar(post_ops, "v", "od", {
             name: f"off_{name} + (m0 + i) * {po_strides[name][-2]}UL + (n0 + j) * {po_strides[name][-1]}UL"
             for name in po_names
-        })
+        }, dst_dtype)
+        a_load = _dtype_io.load(src_dtype, "src", f"off_a + (m0 + i) * {sam}UL + k * {sak}UL")
+        b_load = _dtype_io.load(wei_dtype, "wei", f"off_b + k * {sbk}UL + (n0 + j) * {sbn}UL")
         return f"""
         float acc[TM][TN];
         for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
         for (ulong k = 0; k < K; ++k) {{
             float a[TM], b[TN];
-            for (int i = 0; i < TM; ++i) a[i] = {"(m0 + i < M) ? " if check else ""}src[off_a + (m0 + i) * {sam}UL + k * {sak}UL]{" : 0.0f" if check else ""};
-            for (int j = 0; j < TN; ++j) b[j] = {"(n0 + j < N) ? " if check else ""}wei[off_b + k * {sbk}UL + (n0 + j) * {sbn}UL]{" : 0.0f" if check else ""};
+            for (int i = 0; i < TM; ++i) a[i] = {"(m0 + i < M) ? " if check else ""}{a_load}{" : 0.0f" if check else ""};
+            for (int j = 0; j < TN; ++j) b[j] = {"(n0 + j < N) ? " if check else ""}{b_load}{" : 0.0f" if check else ""};
             for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
         }}
         for (int i = 0; i < TM; ++i) {row_ok}{{
@@ -150,19 +401,20 @@ def generate(
                 const ulong od = off_d + (m0 + i) * {sdm}UL + (n0 + j) * {sdn}UL;
                 float v = acc[i][j] + {bias};
                 {po_scalar}
-                dst[od] = v;
+                {_dtype_io.store(dst_dtype, "dst", "od", "v")}
             }}
         }}"""
 
-    bias_param = " __global const float* bias," if has_bias else ""
+    bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
     types = ("float", "float16") if tn == 16 else ("float",)
-    source = _post_ops.functions(post_ops, types) + f"""#define M {m}UL
+    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
+    source = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, types) + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 #define TM {tm}
 #define TN {tn}
-__kernel void matmul_fwd(__global const float* src, __global const float* wei,{bias_param}{_post_ops.params(post_ops)}
-                         __global float* dst) {{
+__kernel void matmul_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(wei_dtype, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
+                         {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
     const ulong nb = get_global_id(0), mb = get_global_id(1);
     if (nb >= {nt}UL || mb >= {mt}UL || get_global_id(2) >= {nbatch}UL) return;
     {batch_offsets}
@@ -183,9 +435,12 @@ __kernel void matmul_fwd(__global const float* src, __global const float* wei,{b
     )
 
 
-def reference(src: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """``src @ weights (+ bias)`` in float64, returned as float32."""
-    y = np.matmul(np.asarray(src, np.float64), np.asarray(weights, np.float64))
+def reference(
+    src: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None, *, dst_dtype: str = "f32"
+) -> np.ndarray:
+    """``src @ weights (+ bias)`` of user-facing values of any data type (bf16 as float32) in
+    float64, rounded to float32 and stored as ``dst_dtype`` (``_dtype_io.store_reference``)."""
+    y = np.matmul(_dtype_io.widen(src), _dtype_io.widen(weights))
     if bias is not None:
-        y = y + np.asarray(bias, np.float64)
-    return y.astype(np.float32)
+        y = y + _dtype_io.widen(bias)
+    return _dtype_io.store_reference(y.astype(np.float32), dst_dtype)

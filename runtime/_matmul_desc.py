@@ -7,7 +7,7 @@ import numpy as np
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._primitive_desc import F32Only
+from ._primitive_desc import AnyStorage
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelConfig, KernelSpec
@@ -20,8 +20,12 @@ def _check_memory_desc(name: str, value) -> None:
 
 
 @attrs.frozen(cache_hash=True)
-class MatmulDesc(F32Only):
+class MatmulDesc(AnyStorage):
     """``dst = src @ weights (+ bias)``, batched with numpy broadcasting of the batch dims.
+
+    ``src``, ``weights``, ``bias`` and ``dst`` may each have any data type (``AnyStorage``; f32
+    math, e.g. bf16 inputs with an f32 or bf16 dst, as attention graphs use); ``dst`` defaults to
+    src's data type. Binary post-op operands are f32.
 
     ``src`` is (..., M, K), ``weights`` (..., K, N); ``dst`` defaults to the dense
     (batch..., M, N); ``bias`` is optional and broadcasts to ``dst`` (e.g. (1, N) or (M, 1)).
@@ -101,6 +105,10 @@ class MatmulDesc(F32Only):
                 bias_strides=None if self.bias is None else self.bias.strides,
                 config=config,
                 post_ops=chain,
+                src_dtype=self.src.dtype,
+                wei_dtype=self.weights.dtype,
+                bias_dtype="f32" if self.bias is None else self.bias.dtype,
+                dst_dtype=self.dst.dtype,
             ),
             self.post_ops,
             self.output_scale,

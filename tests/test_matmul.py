@@ -71,7 +71,7 @@ async def test_random_floats_within_k_scaled_tolerance(engine, rng):
 def test_impl_names_the_register_block():
     desc = MatmulDesc(MemoryDesc((64, 64)), MemoryDesc((64, 64)))
     spec = desc.generate(triodnn.kernels.select_config("cpu", 4096))
-    assert spec.impl.startswith("ocl:regblock:16x16")
+    assert spec.impl.startswith("ocl:regblock:6x64")
     assert spec.arg_names == ("src", "weights", "dst")
 
 
@@ -92,9 +92,11 @@ def test_bad_shapes_name_the_argument(build, error, match):
 
 
 async def test_non_f32_is_unsupported_and_caches_nothing(engine):
+    """f16 src and weights are fine (tests/test_dtypes_more.py); a post-op operand must be f32."""
     before = triodnn.primitive_cache_statistics()
-    desc = MatmulDesc(MemoryDesc((4, 5), "f16"), MemoryDesc((5, 3), "f16"))
-    with pytest.raises(triodnn.UnsupportedError, match="f16"):
+    desc = MatmulDesc(MemoryDesc((4, 5), "f16"), MemoryDesc((5, 3), "f16"),
+                      post_ops=(("binary", "add", MemoryDesc((4, 3), "f16")),))
+    with pytest.raises(triodnn.UnsupportedError, match="post_op_0_src1 has dtype 'f16'"):
         await engine.create_primitive(desc)
     after = triodnn.primitive_cache_statistics()
     assert (after.size, after.misses, after.in_flight_builds) == (before.size, before.misses, 0)

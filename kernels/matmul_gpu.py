@@ -1,0 +1,399 @@
+"""Matmul forward on GPUs: local-memory tiled SGEMM with 2D register blocking.
+
+The design of Cedric Nugteren's "myGEMM" steps and CLBlast's xgemm, as CUDA SGEMMs do it: a
+work-group of ``(BM / TM) x (BN / TN)`` work-items computes a ``BM x BN`` tile of dst, each
+work-item a ``TM x TN`` block held in registers (TM, TN multiples of 4). K advances ``BK`` at a
+time: the ``BM x BK`` slab of src and the ``BK x BN`` slab of weights are staged in __local
+memory, both k-major (``As[k][m]``, ``Bs[k][n]``), so each k step reads ``TM / 4 + TN / 4`` float4
+from local memory for ``TM * TN`` FMAs. A work-item's rows are ``TM / 4`` groups of 4 consecutive
+rows spaced ``4 * BM / TM`` apart (columns likewise), so a warp's float4 reads cover contiguous
+local memory without bank conflicts; warps are 4 x 8 work-items where the work-group allows it.
+
+Double buffering: two local buffers; the next slab is loaded from global memory into registers
+before the k steps on the current one and stored to the other buffer after them, one barrier per
+slab. Global loads go in groups of 4 elements along the operand's contiguous dimension (K for a
+row-major src or a transposed weights, M or N for the other layouts), one float4 (ushort4 for
+bf16, ...) access where strides and extents keep every group 16-byte aligned, element by element
+otherwise. A slab loaded along K is stored transposed, its local rows padded by 4 floats against
+bank conflicts.
+
+Edges: rows of src and columns of weights past M or N are clamped to the last one (their results
+are computed and never stored); the K tail slab reads zeros past K. Shapes are baked, so a problem
+that divides into tiles has no checks at all. Bias, post-ops (the sum post-op reads dst) and
+storage types as ``matmul``: f32 math, every element converted as it is loaded and stored; the
+epilogue computes each output on its own and stores f32 rows of 4 as one float4 where aligned.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+
+from . import _dtype_io, _post_ops
+from ._spec import KernelConfig, KernelSpec, index_code
+
+
+@attrs.frozen
+class Tile:
+    """One tile configuration: ``bm x bn`` dst per work-group, ``bk`` K per slab, ``tm x tn`` per
+    work-item."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def lm(self) -> int:
+        return self.bm // self.tm
+
+    @property
+    def ln(self) -> int:
+        return self.bn // self.tn
+
+    @property
+    def items(self) -> int:
+        return self.lm * self.ln
+
+    @property
+    def name(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}:r{self.tm}x{self.tn}:l{self.ln}x{self.lm}"
+
+    def local_bytes(self) -> int:
+        return 2 * self.bk * (self.bm + self.bn + 8) * 4
+
+    def check(self) -> None:
+        ok = (
+            self.tm % 4 == 0 and self.tn % 4 == 0 and self.bk % 4 == 0
+            and self.bm % self.tm == 0 and self.bn % self.tn == 0
+            and (self.bm * self.bk // 4) % self.items == 0 and (self.bn * self.bk // 4) % self.items == 0
+            and self.local_bytes() <= 48 * 1024
+        )
+        if not ok:
+            raise ValueError(f"tile {self.name} does not fit the kernel's layout")
+
+
+def _tile(name: str) -> Tile:
+    """``"128x128x16:r8x8"`` -> Tile."""
+    sizes, regs = name.split(":")
+    bm, bn, bk = map(int, sizes.split("x"))
+    tm, tn = map(int, regs[1:].split("x"))
+    tile = Tile(bm, bn, bk, tm, tn)
+    tile.check()
+    return tile
+
+
+# Tile configurations by name, largest first. gemm_check.py (.device/) times each on the GPU.
+TILES: dict[str, Tile] = {name: _tile(name) for name in (
+    "128x128x16:r8x8",
+    "128x128x8:r8x8",
+    "128x64x16:r8x8",
+    "64x128x16:r8x8",
+    "64x64x16:r8x8",
+    "64x64x16:r4x4",
+    "32x32x16:r4x4",
+)}
+
+# The default choice: the first of these (largest first) giving at least MIN_GROUPS work-groups,
+# else the one giving the most. Measured on an H200 (132 SMs, NVIDIA OpenCL), TFLOP/s at M=N=K
+# 1024 / 2048 / 4096: 128x128x8:r8x8 21.8 / 45.9 / 46.6, 128x128x16:r8x8 22.0 / 45.5 / 46.2,
+# 128x64x16:r8x8 38.3 / 41.0 / 46.3, 64x128x16:r8x8 37.1 / 41.1 / 46.2, 64x64x16:r8x8 35.9 / 42.4 /
+# 43.2, 64x64x16:r4x4 30.7 / 32.1 / 32.9, 128x256x8:r8x16 11.5 / 41.9 / 42.9 (torch fp32, TF32 off:
+# 29.8 / 47.1 / 50.6): the larger tile wins once there are about as many work-groups as SMs.
+PREFERENCE: tuple[str, ...] = ("128x128x8:r8x8", "128x64x16:r8x8", "64x64x16:r8x8", "64x64x16:r4x4")
+MIN_GROUPS = 128
+
+
+def applies(m: int, n: int, config: KernelConfig) -> bool:
+    """Whether ``matmul.generate`` hands this problem to this generator: GPU shape (vector width
+    1), work-groups of 64+ and dst at least 32 x 32 and 64 x 64 elements in all."""
+    return config.vector_width == 1 and config.local_size >= 64 and m >= 32 and n >= 32 and m * n >= 64 * 64
+
+
+def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> Tile:
+    fitting = [TILES[name] for name in PREFERENCE if TILES[name].items <= config.local_size]
+    groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
+    for tile in fitting:
+        if groups(tile) >= MIN_GROUPS:
+            return tile
+    return max(fitting, key=groups)
+
+
+def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
+    pad = ndims - len(dims)
+    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
+
+
+# Group loads of 4 elements as one access: the vector type read and its conversion to float4.
+_WIDE = {
+    "f32": lambda p, o: f"(*(__global const float4*)({p} + {o}))",
+    "bf16": lambda p, o: f"as_float4(convert_uint4(*(__global const ushort4*)({p} + {o})) << 16)",
+    "f16": lambda p, o: f"vload_half4(0, {p} + {o})",
+    "s32": lambda p, o: f"convert_float4(*(__global const int4*)({p} + {o}))",
+    "s8": lambda p, o: f"convert_float4(*(__global const char4*)({p} + {o}))",
+    "u8": lambda p, o: f"convert_float4(*(__global const uchar4*)({p} + {o}))",
+}
+
+
+class _Operand:
+    """How one input's slab moves from global to local memory.
+
+    ``ext``: the operand's M (or N) extent; ``s_mn``, ``s_k``: its strides along that dimension
+    and K; ``bt``: the tile's extent along M (or N); ``batch``: its batch strides."""
+
+    def __init__(self, name: str, ptr: str, local: str, dtype: str, ext: int, k: int,
+                 s_mn: int, s_k: int, batch: tuple[int, ...], bt: int, tile: Tile):
+        self.name, self.ptr, self.local, self.dtype = name, ptr, local, dtype
+        self.ext, self.k, self.s_mn, self.s_k, self.bt, self.bk = ext, k, s_mn, s_k, bt, tile.bk
+        # Groups of 4 run along K when K is the contiguous dimension (or neither is), else along M/N.
+        self.along_k = s_k == 1 or s_mn != 1
+        run_ext = k if self.along_k else ext
+        other = (s_mn if self.along_k else s_k,) + tuple(batch)
+        self.wide = (
+            dtype in _WIDE and (s_k if self.along_k else s_mn) == 1 and run_ext % 4 == 0
+            and all(s % 4 == 0 for s in other)
+        )
+        self.pad = 4 if self.along_k else 0
+        self.stride = bt + self.pad  # floats per local row (one k)
+        self.groups = tile.bk * bt // 4 // tile.items  # groups of 4 per work-item per slab
+
+    def setup(self, base: str, off: str, items: int) -> str:
+        """Per-work-item constants: the slab position of each of its groups and its global offset
+        at k = 0 (rows past the extent clamped to the last)."""
+        lines = []
+        per_row = self.bk // 4 if self.along_k else self.bt // 4
+        for g in range(self.groups):
+            lin = f"({g * items}u + lid)"
+            if self.along_k:
+                lines.append(f"const uint {self.name}_mn{g} = {lin} / {per_row}u, {self.name}_k{g} = ({lin} % {per_row}u) * 4u;")
+            else:
+                lines.append(f"const uint {self.name}_k{g} = {lin} / {per_row}u, {self.name}_mn{g} = ({lin} % {per_row}u) * 4u;")
+            if self.along_k or self.wide:
+                # One row (along K), or a whole aligned group (along M/N: extent % 4 == 0).
+                last = self.ext - 1 if self.along_k else self.ext - 4
+                pos = f"{base} + {self.name}_mn{g}"
+                if self.ext % self.bt:
+                    pos = f"min({pos}, {last}UL)"
+                lines.append(f"const ulong {self.name}_o{g} = {off} + ({pos}) * {self.s_mn}UL + {self.name}_k{g} * {self.s_k}UL;")
+            else:
+                for c in range(4):
+                    pos = f"{base} + {self.name}_mn{g} + {c}u"
+                    if self.ext % self.bt:
+                        pos = f"min({pos}, {self.ext - 1}UL)"
+                    lines.append(f"const ulong {self.name}_o{g}_{c} = {off} + ({pos}) * {self.s_mn}UL + {self.name}_k{g} * {self.s_k}UL;")
+        return "\n    ".join(lines)
+
+    def load(self, k0: str, tail: bool) -> str:
+        """Statements loading the slab at ``k0`` into the registers ``{name}_r{g}``; ``tail``:
+        zeros past K."""
+        out = []
+        kk = f"({k0}) * {self.s_k}UL"
+        for g in range(self.groups):
+            reg = f"{self.name}_r{g}"
+            if self.wide:
+                value = _WIDE[self.dtype](self.ptr, f"{self.name}_o{g} + {kk}")
+                if tail:  # along K: the group is all in or all past K (K % 4 == 0)
+                    value = f"({k0} + {self.name}_k{g} < {self.k}u) ? {value} : (float4)(0.0f)"
+                out.append(f"{reg} = {value};")
+                continue
+            elems = []
+            for c in range(4):
+                if self.along_k:
+                    offset = f"{self.name}_o{g} + {kk} + {c * self.s_k}UL"
+                    kc = f"{k0} + {self.name}_k{g} + {c}u"
+                else:
+                    offset = f"{self.name}_o{g}_{c} + {kk}"
+                    kc = f"{k0} + {self.name}_k{g}"
+                value = _dtype_io.load(self.dtype, self.ptr, offset)
+                if tail:
+                    value = f"(({kc} < {self.k}u) ? {value} : 0.0f)"
+                elems.append(value)
+            out.append(f"{reg} = (float4)({', '.join(elems)});")
+        return " ".join(out)
+
+    def store(self, buf: str) -> str:
+        """Statements storing the registers into local buffer ``buf`` (a float offset)."""
+        out = []
+        for g in range(self.groups):
+            reg = f"{self.name}_r{g}"
+            if self.along_k:
+                out += [f"{self.local}[{buf} + ({self.name}_k{g} + {c}u) * {self.stride}u + {self.name}_mn{g}] = {reg}.s{c};"
+                        for c in range(4)]
+            else:
+                out.append(f"*(__local float4*)({self.local} + {buf} + {self.name}_k{g} * {self.stride}u + {self.name}_mn{g}) = {reg};")
+        return " ".join(out)
+
+
+def generate(
+    *,
+    src_dims: tuple[int, ...],
+    src_strides: tuple[int, ...],
+    wei_dims: tuple[int, ...],
+    wei_strides: tuple[int, ...],
+    dst_strides: tuple[int, ...],
+    bias_dims: tuple[int, ...] | None = None,
+    bias_strides: tuple[int, ...] | None = None,
+    config: KernelConfig,
+    post_ops: tuple = (),
+    src_dtype: str = "f32",
+    wei_dtype: str = "f32",
+    bias_dtype: str = "f32",
+    dst_dtype: str = "f32",
+    tile: Tile | str | None = None,
+) -> KernelSpec:
+    """``matmul.generate``'s arguments; ``tile`` (a Tile or a name of ``TILES``) overrides
+    ``choose_tile``."""
+    for name, dtype in (("src", src_dtype), ("weights", wei_dtype), ("bias", bias_dtype), ("dst", dst_dtype)):
+        _dtype_io.check_dtype(name, dtype)
+    m, k = src_dims[-2:]
+    k2, n = wei_dims[-2:]
+    if k != k2:
+        raise ValueError(f"src K {k} differs from weights K {k2}")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(src_dims[:-2], wei_dims[:-2]))
+    except ValueError:
+        raise ValueError(f"batch dims {src_dims[:-2]}, {wei_dims[:-2]} do not broadcast") from None
+    nd = len(batch) + 2
+    nbatch = math.prod(batch)
+    sa = _aligned(src_dims, src_strides, nd)
+    sb = _aligned(wei_dims, wei_strides, nd)
+    sd = tuple(dst_strides)
+    has_bias = bias_dims is not None
+    sc = _aligned(bias_dims, bias_strides, nd) if has_bias else (0,) * nd
+    po_strides = _post_ops.operand_strides(post_ops, nd)
+    po_names = tuple(po_strides)
+
+    if tile is None:
+        tile = choose_tile(m, n, nbatch, config)
+    elif isinstance(tile, str):
+        tile = TILES[tile] if tile in TILES else _tile(tile)
+    tile.check()
+    bm, bn, bk, tm, tn, lm, ln, items = tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, tile.lm, tile.ln, tile.items
+
+    strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
+    if has_bias:
+        strides["c"] = sc[:-2]
+    strides.update({name: s[:-2] for name, s in po_strides.items()})
+    if batch:
+        offsets = index_code(batch, strides, "get_group_id(2)")
+    else:
+        offsets = " ".join(f"const ulong off_{name} = 0;" for name in strides)
+
+    a = _Operand("a", "src", "As", src_dtype, m, k, sa[-2], sa[-1], sa[:-2], bm, tile)
+    b = _Operand("b", "wei", "Bs", wei_dtype, n, k, sb[-1], sb[-2], sb[:-2], bn, tile)
+    slabs, full = math.ceil(k / bk), k // bk  # slabs in all; those without a K tail
+
+    def load(k0: str, slab: str) -> str:
+        body = lambda tail: a.load(k0, tail) + "\n        " + b.load(k0, tail)  # noqa: E731
+        if full == slabs:
+            return body(False)
+        if full == 0:
+            return body(True)
+        return f"if ({slab} < {full}u) {{\n        {body(False)}\n        }} else {{\n        {body(True)}\n        }}"
+
+    # k steps on one slab: TM/4 + TN/4 float4 reads from local memory, TM * TN FMAs.
+    a4, b4 = a.stride // 4, b.stride // 4
+    reads = [f"const float4 a{i} = As4[ab + k * {a4}u + {i * lm}u];" for i in range(tm // 4)]
+    reads += [f"const float4 b{j} = Bs4[bb + k * {b4}u + {j * ln}u];" for j in range(tn // 4)]
+    fmas = [f"c{i}_{j} = fma(a{i // 4}.s{i % 4}, b{j // 4}.s{j % 4}, c{i}_{j});" for i in range(tm) for j in range(tn)]
+    step = "\n            ".join(reads + [" ".join(fmas[r * tn:(r + 1) * tn]) for r in range(tm)])
+
+    # Epilogue: output (i, j) of the work-item is row ty*4 + (i/4)*4*LM + i%4, column likewise.
+    sdm, sdn, scm, scn = sd[-2], sd[-1], sc[-2], sc[-1]
+    vec_store = dst_dtype == "f32" and sdn == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1])
+    row_check, col_check = m % bm != 0, n % bn != 0
+
+    def value(i: int, j: int, var: str, col: str) -> str:
+        od = f"off_d + row * {sdm}UL + ({col}) * {sdn}UL"
+        bias = (" + " + _dtype_io.load(bias_dtype, "bias", f"off_c + row * {scm}UL + ({col}) * {scn}UL")) if has_bias else ""
+        post = _dtype_io.apply_post_ops_scalar(post_ops, var, od, {
+            name: f"off_{name} + row * {po_strides[name][-2]}UL + ({col}) * {po_strides[name][-1]}UL"
+            for name in po_names}, dst_dtype)
+        return f"float {var} = c{i}_{j}{bias}; {post}"
+
+    epilogue = []
+    for i in range(tm):
+        cols = []
+        for jg in range(tn // 4):
+            col = f"col0 + {jg * 4 * ln}u"
+            if vec_store:
+                body = " ".join(value(i, 4 * jg + c, f"v{c}", f"{col} + {c}u") for c in range(4))
+                body += f" *(__global float4*)(dst + off_d + row * {sdm}UL + {col}) = (float4)(v0, v1, v2, v3);"
+                cols.append(f"if ({col} < N) {{ {body} }}" if col_check else f"{{ {body} }}")
+            else:
+                for c in range(4):
+                    cc = f"{col} + {c}u"
+                    body = (value(i, 4 * jg + c, "v", cc) + " "
+                            + _dtype_io.store(dst_dtype, "dst", f"off_d + row * {sdm}UL + ({cc}) * {sdn}UL", "v"))
+                    cols.append(f"if ({cc} < N) {{ {body} }}" if col_check else f"{{ {body} }}")
+        guard = "if (row < M) " if row_check else ""
+        epilogue.append(f"{{ const ulong row = row0 + {(i // 4) * 4 * lm + i % 4}u; {guard}{{\n        "
+                        + "\n        ".join(cols) + "\n    } }")
+
+    # Warps of 4 x 8 work-items (rows x columns) where the work-group tiles into them.
+    if items % 32 == 0 and ln % 8 == 0 and lm % 4 == 0:
+        mapping = (f"const uint warp = lid / 32u, lane = lid % 32u;\n"
+                   f"    const uint tx = (warp % {ln // 8}u) * 8u + lane % 8u, ty = (warp / {ln // 8}u) * 4u + lane / 8u;")
+    else:
+        mapping = f"const uint tx = lid % {ln}u, ty = lid / {ln}u;"
+
+    accs = ", ".join(f"c{i}_{j} = 0.0f" for i in range(tm) for j in range(tn))
+    regs = ", ".join([f"a_r{g}" for g in range(a.groups)] + [f"b_r{g}" for g in range(b.groups)])
+    a_size, b_size = bk * a.stride, bk * b.stride
+    bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
+    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
+    main = f"""
+    {load("0u", "0u")}
+    {a.store("0u")} {b.store("0u")}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint t = 0; t < {slabs}u; ++t) {{
+        const uint cur = t & 1u;
+        if (t + 1u < {slabs}u) {{
+        const uint k0 = (t + 1u) * {bk}u;
+        {load("k0", "t + 1u")}
+        }}
+        const uint ab = cur * {a_size // 4}u + ty, bb = cur * {b_size // 4}u + tx;
+        #pragma unroll
+        for (uint k = 0; k < {bk}u; ++k) {{
+            {step}
+        }}
+        if (t + 1u < {slabs}u) {{
+            const uint nxt = (cur ^ 1u);
+            {a.store(f"nxt * {a_size}u")} {b.store(f"nxt * {b_size}u")}
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}""" if slabs else ""
+    source = (_dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",)) + f"""#define M {m}UL
+#define N {n}UL
+#define K {k}UL
+__kernel __attribute__((reqd_work_group_size({items}, 1, 1)))
+void matmul_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(wei_dtype, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
+                {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
+    __local float4 As4[{2 * a_size // 4}];
+    __local float4 Bs4[{2 * b_size // 4}];
+    __local float* const As = (__local float*)As4;
+    __local float* const Bs = (__local float*)Bs4;
+    const uint lid = get_local_id(0);
+    {mapping}
+    const ulong m0 = get_group_id(1) * {bm}UL, n0 = get_group_id(0) * {bn}UL;
+    {offsets}
+    {a.setup("m0", "off_a", items)}
+    {b.setup("n0", "off_b", items)}
+    float4 {regs};
+    float {accs};{main}
+    const ulong row0 = m0 + ty * 4u, col0 = n0 + tx * 4u;
+    {(chr(10) + "    ").join(epilogue)}
+}}
+""")
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="matmul_fwd",
+        arg_names=args,
+        global_size=(math.ceil(n / bn) * items, math.ceil(m / bm), nbatch),
+        local_size=(items, 1, 1),
+        impl=f"ocl:gemm_tiled:{tile.name}",
+    )
