@@ -56,6 +56,8 @@ from ._matmul_desc import MatmulDesc
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
 from ._reorder_desc import ReorderDesc
+from ._sdpa_desc import SdpaDesc
+from ._gen_index_desc import GenIndexDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
@@ -65,6 +67,7 @@ from ._version import __version__
 
 __all__ = [
     "BatchNormInferenceDesc",
+    "GenIndexDesc",
     "GroupNormDesc",
     "LayerNormDesc",
     "PoolingDesc",
@@ -103,6 +106,7 @@ __all__ = [
     "ReductionDesc",
     "ReorderDesc",
     "Runtime",
+    "SdpaDesc",
     "ShapeInferenceError",
     "SoftmaxDesc",
     "Stream",

@@ -31,6 +31,8 @@ from ._pool_norm_desc import (
 from ._primitive_desc import BinaryDesc, EltwiseDesc
 from ._reduction_desc import ReductionDesc, SoftmaxDesc
 from ._reorder_desc import ReorderDesc
+from ._sdpa_desc import SdpaDesc
+from ._gen_index_desc import GenIndexDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
 from .kernels import KernelConfig, KernelSpec
@@ -45,7 +47,7 @@ DESC_CLASSES = {
     for cls in (
         EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc,
         ReorderDesc, ConvolutionDesc, PoolingDesc, LayerNormDesc, RMSNormDesc,
-        BatchNormInferenceDesc, GroupNormDesc,
+        BatchNormInferenceDesc, GroupNormDesc, SdpaDesc, GenIndexDesc,
     )
 }
 
