@@ -3,14 +3,29 @@
 ``softmax``: ``dst = exp(x - max) / sum(exp(x - max))``; ``logsoftmax``: ``dst = (x - max) - log(sum)``,
 both over ``axis``, with the maximum subtracted first so ``exp`` never overflows. The parentheses
 matter: ``x - (max + log(sum))`` rounds ``max + log(sum)`` at the scale of ``max`` and lost 9e-4
-on a row of 3e4s. One work-item
-per row (a row is the axis at one value of all the other indices): on PoCL's CPU device a
-work-group per row with local-memory reductions measured 6-7x slower, since every barrier spills
-the accumulators. Three passes over the row (max, sum, write), which stays in cache between them.
+on a row of 3e4s. A row is the axis at one value of all the other indices.
+
+CPU configuration (vector width > 1): one work-item per row. On PoCL's CPU device a work-group per
+row with local-memory reductions measured 6-7x slower, since every barrier spills the
+accumulators. Three passes over the row (max, sum, write), which stays in cache between them.
 When both tensors keep the axis contiguous and every row starts on a vector boundary, the passes
 walk the row a float16 at a time (pointer casts: PoCL keeps vloadN and the math built-ins as
 calls, so the wide vector amortises each ``exp`` call); otherwise one element at a time with the
-strides baked in.
+strides baked in (``ocl:row:v{N}l{L}``).
+
+GPU configuration (vector width 1): rows of 32 or more take one work-group each
+(``ocl:wg_row:l{L}[r{n}]``, see ``_wg_reduce``): work-items stride over the row, a local-memory
+tree gives the max, then the sum, then each work-item writes its elements; one work-item per row
+on a GPU left it nearly idle (41.8 GB/s on 4096x4096 on an H200; 3649 this way, at the copy's
+bandwidth). Shorter rows, and strided axes over many side-by-side rows (where one work-item per
+row reads coalesced), keep the per-row path.
+
+Every sum of ``exp`` terms is compensated: Kahan in the per-row paths (float16 lanes and scalar),
+TwoSum (each addition's rounding error kept exactly) in the work-group path's work-items and tree;
+the lanes and the tree's levels fold with TwoSum too. A plain f32 sum dropped every term
+below half an ulp of the running sum, so a row of one dominant element and n - 1 terms of 6e-8
+lost (n - 1) * 6e-8 relative (2e-5 at 384 on the GPU's row path, 1.5e-5 at 4096 in the CPU's
+float16 lanes), past benchdnn's 10 * eps.
 
 A post-op chain (see ``_post_ops``) applies to each softmax or logsoftmax value in the write pass.
 Softmax normally keeps ``exp(x - max)`` in dst between its passes; a chain with a sum post-op needs
@@ -29,7 +44,7 @@ import math
 
 import numpy as np
 
-from . import _dtype_io, _post_ops
+from . import _dtype_io, _post_ops, _wg_reduce
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, padded_global
 
 ALGORITHMS: tuple[str, ...] = ("softmax", "logsoftmax")
@@ -78,6 +93,35 @@ def _reduce_code(var: str, width: int, combine: str) -> str:
     return "\n        ".join(lines)
 
 
+def _step(acc: str, comp: str, term: str, type_name: str = "float") -> str:
+    """Kahan-compensated ``acc += term`` (``comp`` holds minus the lost low part; the total is
+    ``acc - comp``), on floats or float vectors. The CPU paths' choice: on PoCL (16 cores) it cost
+    3-15% over a plain sum, TwoSum 10-25%; the GPU's work-group path, memory-bound, takes TwoSum."""
+    return (f"{{ const {type_name} y_ = ({term}) - {comp}; const {type_name} t_ = {acc} + y_;"
+            f" {comp} = (t_ - {acc}) - y_; {acc} = t_; }}")
+
+
+def _sum_fold_code(width: int) -> str:
+    """Statements folding compensated vector sums ``sv`` (each lane's total ``sv + cv``) of
+    ``width`` lanes into scalar ``s`` by halving, each level a TwoSum of the halves (its error
+    added to the halves' error terms)."""
+    lines = []
+    s, c = "sv", "cv"
+    while width > 1:
+        half = width // 2
+        T = VECTOR_TYPES[half]
+        s_h, c_h = f"s_{half}", f"c_{half}"
+        lines.append(
+            f"const {T} a_{half} = {s}.lo; const {T} b_{half} = {s}.hi; const {T} {s_h} = a_{half} + b_{half};"
+            f" const {T} p_{half} = {s_h} - a_{half};"
+            f" const {T} {c_h} = ({c}.lo + {c}.hi) + ((a_{half} - ({s_h} - p_{half})) + (b_{half} - p_{half}));"
+        )
+        s, c = s_h, c_h
+        width = half
+    lines.append(f"s = {s} + {c};")
+    return "\n        ".join(lines)
+
+
 def generate(
     alg: str,
     *,
@@ -120,6 +164,11 @@ def generate(
     sum_reads_dst = any(op[0] == "sum" for op in post_ops)
     # Softmax keeps exp(x - m) in dst between passes only where dst holds it unrounded (f32).
     recompute = sum_reads_dst or dst_dtype != "f32"
+    if _wg_reduce.use_work_group(config, n, rows, src_strides[axis], other_dims, other_src):
+        return _generate_work_group(
+            alg, n=n, rows=rows, offsets=offsets, ss=src_strides[axis], ds=dst_strides[axis], po_axis=po_axis,
+            config=config, post_ops=post_ops, src_dtype=src_dtype, dst_dtype=dst_dtype,
+        )
     vec = _row_vector_width(n, (other_src, other_dst), (src_strides[axis], dst_strides[axis]),
                             other_dims, config.vector_width)
 
@@ -127,7 +176,7 @@ def generate(
         T = VECTOR_TYPES[vec]
         chunks = n // vec
         max_fold = _reduce_code("m", vec, "{a} > {b} ? {a} : {b}")
-        sum_fold = _reduce_code("s", vec, "{a} + {b}")
+        sum_fold = _sum_fold_code(vec)
         # Pass 2 of softmax stores exp(x - m) in dst and pass 3 scales it, so exp is called once
         # per element (twice under a sum post-op); logsoftmax needs only the sum, and pass 3
         # recomputes from src.
@@ -141,15 +190,15 @@ def generate(
             return _dtype_io.store_vector(dst_dtype, "xd", "k", T, vec, value)
 
         if alg == "softmax" and not recompute:
-            sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; sv += e;"
+            sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; {_step('sv', 'cv', 'e', T)}"
             value = f"xd[k] * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = f"sv += exp({xs_k} - ({T})(m));"
+            sum_body = _step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"exp({xs_k} - ({T})(m)) * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         else:
-            sum_body = f"sv += exp({xs_k} - ({T})(m));"
+            sum_body = _step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"({xs_k} - ({T})(m)) - ({T})(log_s)"
             finish = "const float log_s = log(s);"
 
@@ -189,8 +238,9 @@ def generate(
         {max_fold}
     }}
     {{
-        {T} sv = ({T})(0.0f);
+        {T} sv = ({T})(0.0f), cv = ({T})(0.0f);
         for (ulong k = 0; k < {chunks}UL; ++k) {{ {sum_body} }}
+        cv = -cv;  /* Kahan keeps minus the lost low parts; the fold adds error terms */
         {sum_fold}
     }}
     {finish}
@@ -202,18 +252,18 @@ def generate(
         if alg == "softmax" and not recompute:
             sum_body = (
                 f"const float e = exp({x_k} - m);"
-                f" dst[off_dst + k * {ds}UL] = e; s += e;"
+                f" dst[off_dst + k * {ds}UL] = e; {_step('s', 's_c', 'e')}"
             )
             value = f"dst[off_dst + k * {ds}UL] * inv"
-            finish = "const float inv = 1.0f / s;"
+            finish = "s -= s_c; const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = f"s += exp({x_k} - m);"
+            sum_body = _step("s", "s_c", f"exp({x_k} - m)")
             value = f"exp({x_k} - m) * inv"
-            finish = "const float inv = 1.0f / s;"
+            finish = "s -= s_c; const float inv = 1.0f / s;"
         else:
-            sum_body = f"s += exp({x_k} - m);"
+            sum_body = _step("s", "s_c", f"exp({x_k} - m)")
             value = f"({x_k} - m) - log_s"
-            finish = "const float log_s = log(s);"
+            finish = "s -= s_c; const float log_s = log(s);"
         chain = _dtype_io.apply_post_ops_scalar(
             post_ops, "y", f"off_dst + k * {ds}UL",
             {name: f"off_{name} + k * {stride}UL" for name, stride in po_axis.items()},
@@ -224,7 +274,7 @@ def generate(
         body = f"""
     float m = -INFINITY;
     for (ulong k = 0; k < {n}UL; ++k) {{ const float x = {x_k}; m = x > m ? x : m; }}
-    float s = 0.0f;
+    float s = 0.0f, s_c = 0.0f;
     for (ulong k = 0; k < {n}UL; ++k) {{ {sum_body} }}
     {finish}
     for (ulong k = 0; k < {n}UL; ++k) {{ {write_body} }}"""
@@ -249,6 +299,82 @@ def generate(
         global_size=(padded_global(rows, local),),
         local_size=(local,),
         impl=impl,
+    )
+
+
+def _generate_work_group(
+    alg: str,
+    *,
+    n: int,
+    rows: int,
+    offsets: str,
+    ss: int,
+    ds: int,
+    po_axis: dict[str, int],
+    config: KernelConfig,
+    post_ops: tuple,
+    src_dtype: str,
+    dst_dtype: str,
+) -> KernelSpec:
+    """One work-group per row (see ``_wg_reduce``): max, then the compensated sum, then every
+    work-item writes its elements. Rows of up to ``CACHE_MAX`` elements per work-item stay in
+    registers (softmax keeps ``exp(x - m)`` there); longer ones are re-read and softmax recomputes
+    ``exp`` in the write pass, so dst is written once and never read but by a sum post-op.
+    In place is safe: a work-item reads and writes only its own elements, each read before its
+    write."""
+    local = _wg_reduce.local_size(n, config)
+    per = _wg_reduce.per_item(n, local)
+    cached = per <= _wg_reduce.CACHE_MAX
+    x_k = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
+    dst_k = f"off_dst + k * {ds}UL"
+    chain = _dtype_io.apply_post_ops_scalar(
+        post_ops, "y", dst_k, {name: f"off_{name} + k * {stride}UL" for name, stride in po_axis.items()}, dst_dtype,
+    )
+    x = "xv[j]" if cached else "x"
+    load = f"xv[j] = {x_k};" if cached else f"const float x = {x_k};"
+    if alg == "softmax":
+        # Cached: the sum pass turns xv[j] into exp(x - m), which the write pass scales.
+        sum_body = (f"xv[j] = exp(xv[j] - m); {_wg_reduce.two_sum_step('s', 's_c', 'xv[j]')}" if cached
+                    else f"{load} {_wg_reduce.two_sum_step('s', 's_c', 'exp(x - m)')}")
+        value = "xv[j] * inv" if cached else "exp(x - m) * inv"
+        finish = "const float inv = 1.0f / total;"
+    else:
+        sum_body = f"{'' if cached else load} {_wg_reduce.two_sum_step('s', 's_c', f'exp({x} - m)')}"
+        value = f"({x} - m) - log_s"
+        finish = "const float log_s = log(total);"
+    write_body = (f"{'' if cached else load} float y = {value}; {chain}"
+                  f" {_dtype_io.store(dst_dtype, 'dst', dst_k, 'y')}")
+    loop = lambda body: _wg_reduce.loop(n, local, cached, body)  # noqa: E731
+    body = f"""
+    {f"float xv[{per}];" if cached else ""}
+    float m = -INFINITY;
+    {loop(f"{load} m = {x} > m ? {x} : m;")}
+    {_wg_reduce.max_code("m", local)}
+    float s = 0.0f, s_c = 0.0f;
+    {loop(sum_body)}
+    {_wg_reduce.sum_code("s", "s_c", "total", local)}
+    {finish}
+    {loop(write_body)}"""
+    source = (
+        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+        + _post_ops.functions(post_ops)
+        + f"__kernel {_wg_reduce.attribute(local)}void softmax_fwd("
+        f"{_dtype_io.param(src_dtype, 'src', const=True)},{_post_ops.params(post_ops)}"
+        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{\n"
+        f"    {_wg_reduce.declarations(local)}\n"
+        "    const ulong row = get_group_id(0);\n"
+        f"    if (row >= {rows}UL) return;  /* the whole work-group: no barrier is left waiting */\n"
+        f"    {offsets}"
+        + body
+        + "\n}\n"
+    )
+    return KernelSpec(
+        source=source,
+        name="softmax_fwd",
+        arg_names=("src",) + tuple(po_axis) + ("dst",),
+        global_size=(max(1, rows) * local,),
+        local_size=(local,),
+        impl=f"ocl:wg_row:l{local}" + (f"r{per}" if cached else ""),
     )
 
 
