@@ -139,8 +139,10 @@ class Flight:
             raise _Abandoned
         if self._error is not None:
             error = self._error
-            kind = type(error) if isinstance(error, TriodnnError) else BuildError
-            raise kind(f"{self._failure}: {error}") from error
+            if isinstance(error, TriodnnError):
+                raise type(error)(f"{self._failure}: {error}") from error
+            # Not one of ours (a bug): say what it was, a bare KeyError reads as "19".
+            raise BuildError(f"{self._failure}: {type(error).__name__}: {error}") from error
         return self._value
 
 

@@ -17,6 +17,7 @@ from .._memory import Memory
 from .._memory_desc import MemoryDesc
 from .._stream import Stream, StreamFlags
 from ._fusion import find_chains
+from ._sdpa_pattern import find_sdpa
 from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
@@ -291,10 +292,17 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     shaped_ops = [Op(op.id, op.kind, [_shaped(lt, shapes, ports) for lt in op.inputs],
                      [_shaped(lt, shapes, ports) for lt in op.outputs], dict(op.attrs), op.name)
                   for op in partition.ops]
-    chains = find_chains(shaped_ops, {lt.id for lt in outputs}) if fuse else {}
-    absorbed = {op_id for chain in chains.values() for op_id in chain.absorbed}
+    output_ids = {lt.id for lt in outputs}
+    # Lowered where its last op was: every input (V, the mask) exists by then.
+    attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)} if fuse else {}
+    in_attention = {op_id for m in attention.values() for op_id in m.ops}
+    rest = [op for op in shaped_ops if op.id not in in_attention]
+    chains = find_chains(rest, output_ids) if fuse else {}
+    absorbed = in_attention | {op_id for chain in chains.values() for op_id in chain.absorbed}
     for op in shaped_ops:
-        if op.id not in absorbed:
+        if op.id in attention:
+            builder.lower_sdpa(op, attention[op.id])
+        elif op.id not in absorbed:
             builder.lower(op, chains.get(op.id))
     plan = builder.plan
     primitives: list = [None] * len(plan.steps)

@@ -31,6 +31,7 @@ from .._pool_norm_desc import (
 from .._primitive_desc import BinaryDesc, EltwiseDesc
 from .._reduction_desc import ReductionDesc, SoftmaxDesc
 from .._reorder_desc import ReorderDesc
+from .._sdpa_desc import SdpaDesc
 from .._sum_concat_desc import ConcatDesc
 from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
 from ._op import Op
@@ -199,6 +200,29 @@ class Builder:
         self.plan.steps.append(Step(desc, tuple(converted.items()), op.id))
         for temp, view in after:
             self.copy(temp, view, op.id)
+
+    def lower_sdpa(self, first: Op, match) -> None:
+        """One fused attention primitive for the ops of ``match`` (a ``_sdpa_pattern.SdpaMatch``)."""
+        def last_two_swapped(view: View) -> View:
+            n = view.desc.ndims
+            return permuted(view, tuple(range(n - 2)) + (n - 1, n - 2))
+
+        key, value = self.view(match.key), self.view(match.value)
+        inputs = {"query": self.view(match.query),
+                  "key": last_two_swapped(key) if match.key_transposed else key,
+                  "value": last_two_swapped(value) if match.value_transposed else value}
+        if match.scale is not None:
+            scale = self.view(match.scale)
+            inputs["scale"] = View(scale.slot, MemoryDesc((1,), scale.desc.dtype))
+        if match.mask is not None:
+            inputs["mask"] = self.view(match.mask)
+        mode = match.scale_mode
+
+        def make(query, key, value, dst, scale=None, mask=None):
+            return SdpaDesc(query, key, value, dst, mask=mask, scale=scale,
+                            scale_mode=mode if scale is not None else "multiply")
+
+        self.run(first, make, inputs, {"dst": self.output(match.output)})
 
     def lower(self, op: Op, fused=None) -> None:
         """Lower ``op``; with ``fused`` (a ``_fusion.Chain``), its post-op chain rides along and
