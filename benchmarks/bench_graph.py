@@ -24,8 +24,17 @@ from triodnn.graph import Graph, LogicalTensor, Op, Tensor, load
 from triodnn.graph._driver import make_inputs
 
 
+try:  # optional peer, compared on a CUDA GPU
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+
 def extra_args(parser) -> None:
     parser.add_argument("--reps", type=int, default=None, help="timed runs per policy (default 30)")
+    parser.add_argument("--throughput", type=int, default=50, metavar="N",
+                        help="also time N back-to-back runs awaited once (device-bound time per run); "
+                             "with torch on CUDA, torch eager does the same (default 50)")
     parser.add_argument("--case", action="append", default=[], metavar="FILE", help="also time this graph JSON")
 
 
@@ -100,6 +109,70 @@ def memory_bytes(graph, runs) -> tuple[int, int]:
     return naive, planned
 
 
+async def throughput(args, engine, stream, cases, results) -> None:
+    """Time per run when N runs are submitted back to back and awaited once: what the device
+    takes, host submission hidden behind it (CUDA-synchronised torch eager alike)."""
+    n = args.throughput
+    rows = []
+    cuda = torch is not None and torch.cuda.is_available()
+    for name, build in cases:
+        arrays = make_inputs(build(), seed=1)
+        fused = await prepare(build, engine, "fusion", arrays)
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            event = None
+            for _ in range(n):
+                for cp, ins, outs in fused[0]:
+                    event = cp.execute(stream, ins, outs)
+            await event
+            samples.append((time.perf_counter() - t0) / n)
+        ours = common.median(samples)
+        theirs = sdpa_fused = float("nan")
+        if cuda:
+            theirs, sdpa_fused = torch_eager(name, arrays, n)
+        rows.append([name, ours * 1e6, theirs * 1e6, theirs / ours, sdpa_fused * 1e6])
+        results.setdefault(name, {}).update({"fused_throughput_us": ours * 1e6, "torch_eager_us": theirs * 1e6,
+                                             "torch_fused_sdpa_us": sdpa_fused * 1e6})
+    common.print_table(["graph", f"fused µs/run ({n} queued)", "torch eager µs", "x torch eager",
+                        "torch fused SDPA µs"], rows)
+
+
+def torch_eager(name, arrays, n):
+    dev = torch.device("cuda")
+    t = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(dev) for k, v in arrays.items()}
+    if name.startswith("MLP"):
+        def step():
+            x = t[0]
+            for i in range(3):
+                x = torch.relu(x @ t[1 + 5 * i] + t[2 + 5 * i])
+            return x
+        fused = None
+    else:
+        def step():
+            s = (t[0] @ t[1].transpose(-1, -2)) * t[3] + t[4]
+            return torch.softmax(s, -1) @ t[2]
+
+        def fused():
+            return torch.nn.functional.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[4],
+                                                                    scale=float(t[3]))
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            samples.append((time.perf_counter() - t0) / n)
+        return common.median(samples)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return timed(step), (timed(fused) if fused else float("nan"))
+
+
 async def run_once(stream, runs) -> None:
     event = None
     for cp, ins, outs in runs:
@@ -142,6 +215,8 @@ async def run(args):
                              "debug_primitives": debug[3], "naive_bytes": naive, "planned_bytes": planned}
         common.print_table(["graph", "fused prims", "debug prims", "fused µs", "debug µs", "fused speedup",
                             "naive MiB", "planned MiB", "planned / naive"], rows)
+        if args.throughput:
+            await throughput(args, engine, stream, cases[:2], results)
         return results, engine
 
 
