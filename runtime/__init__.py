@@ -9,6 +9,7 @@
 """
 
 from . import ocl_interop
+from ._blocking import Blocking, BlockingPortal, start_blocking
 from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
 from ._errors import (
     ArgumentMismatchError,
@@ -67,6 +68,8 @@ from ._version import __version__
 
 __all__ = [
     "BatchNormInferenceDesc",
+    "Blocking",
+    "BlockingPortal",
     "GenIndexDesc",
     "GroupNormDesc",
     "LayerNormDesc",
@@ -125,4 +128,5 @@ __all__ = [
     "primitive_cache_statistics",
     "set_compiled_partition_cache_capacity",
     "set_primitive_cache_capacity",
+    "start_blocking",
 ]
