@@ -170,9 +170,11 @@ def run_spec(engine, spec, arrays: dict, out_shape, out_dtype=np.float32) -> np.
 
 @pytest.mark.parametrize("tile", list(matmul_gpu.TILES))
 async def test_every_tile_configuration(engine, rng, tile):
-    """Each tile on a batched problem with edges in M, N and K and a bias."""
-    a, w, bias = ints(rng, (2, 150, 70)), ints(rng, (70, 140)), ints(rng, (1, 140))
-    spec = matmul_gpu.generate(src_dims=a.shape, src_strides=(150 * 70, 70, 1), wei_dims=w.shape,
+    """Each tile on a batched problem with edges in M, N and K (K = 128 for the K-split tiles:
+    whole slabs per split) and a bias."""
+    k = 70 if matmul_gpu.TILES[tile].ks == 1 else 128
+    a, w, bias = ints(rng, (2, 150, k)), ints(rng, (k, 140)), ints(rng, (1, 140))
+    spec = matmul_gpu.generate(src_dims=a.shape, src_strides=(150 * k, k, 1), wei_dims=w.shape,
                                wei_strides=(140, 1), dst_strides=(150 * 140, 140, 1), bias_dims=bias.shape,
                                bias_strides=(140, 1), config=GPU, tile=tile)
     assert spec.impl == f"ocl:gemm_tiled:{matmul_gpu.TILES[tile].name}"
@@ -185,7 +187,16 @@ def test_dispatch_and_impl_names():
     assert big.generate(GPU).impl == "ocl:gemm_tiled:128x128x8:r8x8:l16x16"
     assert big.generate(GPU).local_size == (256, 1, 1)
     small = MatmulDesc(MemoryDesc((128, 128)), MemoryDesc((128, 128))).generate(GPU)
-    assert small.impl.startswith("ocl:gemm_tiled:64x64")
+    assert small.impl == "ocl:gemm_tiled:32x32x16:r4x4:l8x8:s4"
+    assert small.local_size == (256, 1, 1)
+    # M = 64 (an MLP's rows): K split 4 ways inside the work-group where K is whole slabs per split
+    mlp = MatmulDesc(MemoryDesc((64, 1024)), MemoryDesc((1024, 1024))).generate(GPU)
+    assert mlp.impl == "ocl:gemm_tiled:32x32x16:r4x4:l8x8:s4" and mlp.global_size == (32 * 256, 2, 1)
+    # K = 1000 does not split into 4 x 16: unsplit small tiles, the most work-groups among them
+    odd = MatmulDesc(MemoryDesc((64, 1000)), MemoryDesc((1000, 1000))).generate(GPU)
+    assert odd.impl == "ocl:gemm_tiled:32x32x32:r4x4:l8x8"
+    mid = MatmulDesc(MemoryDesc((1024, 1024)), MemoryDesc((1024, 1024))).generate(GPU)
+    assert mid.impl.startswith("ocl:gemm_tiled:128x64x16:r8x8")
     # Narrow or small dst, or a CPU configuration: the existing kernels.
     assert MatmulDesc(MemoryDesc((16, 64)), MemoryDesc((64, 512))).generate(GPU).impl.startswith("ocl:regblock:4x4")
     assert MatmulDesc(MemoryDesc((40, 64)), MemoryDesc((64, 40))).generate(GPU).impl.startswith("ocl:regblock:4x4")
@@ -193,6 +204,36 @@ def test_dispatch_and_impl_names():
     assert MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))).generate(narrow).impl.startswith("ocl:regblock:4x4")
     cpu = KernelConfig(vector_width=16, local_size=16)
     assert MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))).generate(cpu).impl.startswith("ocl:regblock:6x64")
+
+
+async def test_k_split_tiles_through_primitives(gpu_shaped, rng):
+    """Small M: the K-split tile (4 splits summed in local memory) with bias, post-ops, a batch
+    and a transposed weights; the unsplit small tile where K does not split."""
+    m, k, n = 64, 256, 200
+    chain = (("eltwise", "relu"), ("sum", 0.5), ("binary", "add", MemoryDesc((1, n))))
+    desc = MatmulDesc(MemoryDesc((m, k)), MemoryDesc((k, n), "f32", "ba"), bias=MemoryDesc((n,)), post_ops=chain)
+    a, w, bias, old, row = ints(rng, (m, k)), ints(rng, (k, n)), ints(rng, (n,)), ints(rng, (m, n)), ints(rng, (1, n))
+    primitive, got = await execute(gpu_shaped, desc, {"src": a, "weights": w, "bias": bias, "post_op_2_src1": row},
+                                   dst_init=old)
+    assert primitive.impl.endswith(":s4"), primitive.impl
+    ref = _post_ops.reference(desc.post_ops, matmul.reference(a, w, bias), old_dst=old, operands={2: row})
+    np.testing.assert_array_equal(got, ref)
+    a, w = ints(rng, (2, 40, 192)), ints(rng, (192, 120))
+    primitive, got = await execute(gpu_shaped, MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape)),
+                                   {"src": a, "weights": w})
+    assert primitive.impl.endswith(":s4"), primitive.impl
+    np.testing.assert_array_equal(got, matmul.reference(a, w))
+    a, w = ints(rng, (64, 90)), ints(rng, (90, 96))
+    primitive, got = await execute(gpu_shaped, MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape)),
+                                   {"src": a, "weights": w})
+    assert not primitive.impl.endswith(":s4") and not primitive.impl.endswith(":s2"), primitive.impl
+    np.testing.assert_array_equal(got, matmul.reference(a, w))
+
+
+def test_k_split_tile_refuses_a_k_it_cannot_split():
+    with pytest.raises(ValueError, match="needs K a multiple of 64"):
+        matmul_gpu.generate(src_dims=(64, 96), src_strides=(96, 1), wei_dims=(96, 64), wei_strides=(64, 1),
+                            dst_strides=(64, 1), config=GPU, tile="32x32x16:r4x4:s4")
 
 
 def test_wide_loads_only_where_aligned():

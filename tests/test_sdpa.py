@@ -1,8 +1,9 @@
 """Fused scaled-dot-product attention (SdpaDesc) against the float64 reference.
 
 Every case runs twice: with the device's own configuration (PoCL: the CPU kernel, query rows as
-vector lanes) and with the GPU configuration forced on the engine (one work-group per block of
-query rows, K/V tiles in local memory), so both kernels are checked on a CPU-only machine. The
+vector lanes) and with the GPU configuration forced on the engine (the split kernel: 16
+work-items per query row, K/V tiles in local memory; the one-row-per-work-item kernel for large
+heads and narrow work-groups has its own tests), so the kernels are checked on a CPU-only machine. The
 configuration is part of the primitive cache key, so the two never share an entry.
 
 Values lie in [-2, 2]; results must match the reference within 1e-5 (relative above 1 in
@@ -91,6 +92,9 @@ CASES = {
     "k_transposed": ((2, 3, 37, 32), (2, 3, 45, 32), (2, 3, 45, 32), None, (0.125, "multiply"), None, True),
     "k_transposed_causal": ((1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 48), (0.25, "multiply"), "bottom_right", True),
     "no_batch": ((19, 16), (23, 16), (23, 20), None, (0.25, "multiply"), None, False),
+    # GPU split kernel: several K/V tiles with an edge, rows past Sq in the last work-group
+    "long_kv_tiles": ((1, 2, 70, 64), (1, 2, 150, 64), (1, 2, 150, 64), (1, 1, 70, 150), (0.125, "multiply"), None, False),
+    "long_causal_transposed": ((2, 1, 90, 32), (2, 1, 130, 32), (2, 1, 130, 48), (2, 1, 1, 130), (8.0, "divide"), "bottom_right", True),
 }
 
 
@@ -314,5 +318,33 @@ def test_generation_is_deterministic_and_bakes_the_shape(config):
     if config.vector_width >= 16:
         assert a.local_size == (1, 1) and a.global_size == (2, 4)  # 32 rows per work-item
         assert "exp(" not in a.source.replace("sd_exp(", "")  # the inlined exp only
-    else:
-        assert a.local_size[0] == a.global_size[0] and a.global_size[1] == 4
+    else:  # the split kernel: 16 rows of 16 work-items per work-group, 3 groups for 33 rows
+        assert a.impl == "ocl:sdpa:wgsplit:q16x16:k64:l256"
+        assert a.local_size == (256, 1) and a.global_size == (3 * 256, 4)
+
+
+def test_gpu_kernel_choice():
+    """The split kernel where q and O fit in registers and work-groups of 64+ are allowed; else
+    the one-row-per-work-item kernel."""
+    def impl(d, dv, skv=128, config=GPU):
+        return SdpaDesc(MemoryDesc((1, 8, 128, d)), MemoryDesc((1, 8, skv, d)),
+                        MemoryDesc((1, 8, skv, dv))).generate(config).impl
+    assert impl(64, 64) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
+    assert impl(64, 64, skv=20) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
+    assert impl(96, 96) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit local memory
+    assert impl(64, 64, config=KernelConfig(vector_width=1, local_size=128)) == "ocl:sdpa:wgsplit:q8x16:k64:l128"
+    assert impl(128, 128).startswith("ocl:sdpa:wg:")  # q and O would not fit in registers
+    assert impl(64, 64, config=NARROW).startswith("ocl:sdpa:wg:")
+
+
+async def test_gpu_fallback_kernel_large_head(engine, rng):
+    """Head size 128 (q + O over the register budget): the one-row-per-work-item kernel."""
+    engine._config = GPU
+    q, k, v = values(rng, (1, 1, 20, 128)), values(rng, (1, 1, 45, 128)), values(rng, (1, 1, 45, 128))
+    mask = values(rng, (1, 1, 20, 45))
+    desc = SdpaDesc(MemoryDesc(q.shape), MemoryDesc(k.shape), MemoryDesc(v.shape), mask=MemoryDesc(mask.shape),
+                    causal="top_left")
+    primitive = await engine.create_primitive(desc)
+    assert primitive.impl.startswith("ocl:sdpa:wg:")
+    got = await run(engine, desc, {"query": q, "key": k, "value": v, "mask": mask}, primitive)
+    check(got, sdpa.reference(q, k, v, mask=mask, causal="top_left"))
