@@ -8,7 +8,7 @@
         await done
 """
 
-from . import ocl_interop
+from . import ocl_interop, trace
 from ._blocking import Blocking, BlockingPortal, start_blocking
 from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
 from ._errors import (
@@ -124,6 +124,7 @@ __all__ = [
     "get_compiled_partition_cache_capacity",
     "get_primitive_cache_capacity",
     "ocl_interop",
+    "trace",
     "open_runtime",
     "primitive_cache_statistics",
     "set_compiled_partition_cache_capacity",

@@ -42,6 +42,7 @@ def _graph(args: argparse.Namespace) -> int:
 
     import trio
 
+    from ._trace import record_to
     from .graph._driver import run_cases
 
     paths = [Path(p) for p in args.case or []]
@@ -50,10 +51,11 @@ def _graph(args: argparse.Namespace) -> int:
     if not paths:
         print("triodnn graph: give --case FILE or --batch DIR", file=sys.stderr)
         return 2
-    results = trio.run(lambda: run_cases(
-        paths, engine_spec=args.engine, mode=args.mode, policy=args.policy,
-        in_shapes=args.in_shapes, dt=args.dt, expected_n_partitions=args.expected_n_partitions,
-        repeat=args.repeat))
+    with record_to(args.trace):
+        results = trio.run(lambda: run_cases(
+            paths, engine_spec=args.engine, mode=args.mode, policy=args.policy,
+            in_shapes=args.in_shapes, dt=args.dt, expected_n_partitions=args.expected_n_partitions,
+            repeat=args.repeat))
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--dt", metavar="DT|ID:DT+...", help="data type of every floating tensor, or per id")
     graph.add_argument("--expected-n-partitions", type=int, metavar="N")
     graph.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
+    graph.add_argument("--trace", metavar="FILE",
+                       help="record a trace of the run to FILE (Chrome JSON: ui.perfetto.dev, chrome://tracing)")
     graph.set_defaults(run=_graph)
     args = parser.parse_args(argv)
     from ._errors import TriodnnError

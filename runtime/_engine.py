@@ -18,6 +18,7 @@ from ._primitive import Primitive
 from ._reorder_desc import CrossEngineReorder, CrossEngineReorderDesc, ReorderDesc
 from ._stream import Stream, StreamFlags
 from . import _cache_blob
+from . import _trace
 from . import _verbose as verbose
 from ._version import __version__
 from ._primitive_key import PrimitiveImpl, PrimitiveKey
@@ -117,6 +118,12 @@ class Engine:
     def closed(self) -> bool:
         return self._actor.closed
 
+    @property
+    def allocator(self):
+        """The ``ocl_interop.Allocator`` every buffer of this engine comes from, or None (the
+        engine allocates ``pyopencl.Buffer``s itself)."""
+        return self._actor.allocator
+
     def statistics(self):
         """Live buffers and bytes, programs built, builds in flight (a frozen record)."""
         return self._actor.statistics()
@@ -142,7 +149,7 @@ class Engine:
 
     async def stream(self, flags: StreamFlags = StreamFlags.in_order) -> Stream:
         """A new stream on this engine; ``out_of_order`` picks the device's strategy."""
-        return await self._runtime._open_stream(self, flags)
+        return await self._runtime._open_stream(self, _trace.stream_flags(flags))
 
     async def create_primitive(self, desc) -> Primitive:
         """``desc`` (an EltwiseDesc, BinaryDesc …) compiled for this engine, through the cache.
@@ -180,6 +187,7 @@ class Engine:
             **extra,
         )
         verbose.primitive_created(how, self, primitive, time.perf_counter() - started)
+        _trace.primitive_created(how, self, primitive, started)
         return primitive
 
     async def create_reorder(
@@ -281,5 +289,6 @@ class Engine:
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
         built = await self._actor.compile_here(BuildRequest(key.desc, key.config, key.build_options))
+        _trace.built(self, key.desc, built.seconds)
         self._actor.adopt(key, built)
         return PrimitiveImpl(key, built.spec, built.binary, built.seconds)

@@ -22,7 +22,9 @@ class Memory:
     """A tensor's storage on an engine. Create it with ``engine.memory(desc)``.
 
     The buffer is freed by ``release()`` (or leaving a ``with`` block), or when the object is
-    garbage collected; the engine counts live buffers either way (``engine.statistics()``).
+    garbage collected; the engine counts live buffers either way (``engine.statistics()``). On an
+    engine with a user allocator (``ocl_interop.make_engine(..., allocator=)``) the buffer then
+    goes back to ``allocator.free`` with the event of its last use, once that is enqueued.
     """
 
     engine: Engine
@@ -45,24 +47,34 @@ class Memory:
             raise ArgumentMismatchError(
                 f"view {desc} needs {desc.nbytes} bytes; the memory has {self.cl_buffer.size}"
             )
-        return Memory(self.engine, desc, self.cl_buffer, viewed=self)
+        return Memory(self.engine, desc, self.cl_buffer, viewed=self._viewed or self)
 
     @property
     def cl_buffer(self) -> cl.Buffer:
-        if self._buffer is None:
+        if self.released:
             raise ClosedError(f"memory {self.desc} was released")
         return self._buffer
 
     @property
     def released(self) -> bool:
-        return self._buffer is None
+        """True once this memory, or the memory it is a view of, was released."""
+        return self._buffer is None or (self._viewed is not None and self._viewed._buffer is None)
 
     def release(self) -> None:
-        """Free the device buffer now; commands already enqueued on it still complete."""
+        """Free the device buffer now; commands already submitted on it still complete (a user
+        allocator's ``free`` gets the event after which they have)."""
+        self._release()
+
+    def _release(self, after=None) -> None:
+        """``release()``; ``after``, an Event known to complete after every use of the buffer,
+        spares the engine working that out (a compiled partition's temporaries)."""
         if self._buffer is not None:
             self._buffer = None
-            if self._finalizer is not None:
-                self._finalizer()
+            finalizer = self._finalizer
+            detached = finalizer.detach() if finalizer is not None else None
+            if detached is not None:
+                _, release_buffer, args, _ = detached
+                release_buffer(*args, after=after)
 
     def __enter__(self) -> Memory:
         return self

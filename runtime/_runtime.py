@@ -112,7 +112,9 @@ class Runtime:
         context = await trio.to_thread.run_sync(cl.Context, [record.device])
         return await self._open_engine(record.device, context, kind, record.index)
 
-    async def _open_engine(self, device: cl.Device, context: cl.Context, kind: str, index: int) -> Engine:
+    async def _open_engine(
+        self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None
+    ) -> Engine:
         self._check_open()
         info = DeviceInfo(**describe_device(device))
         strategy = choose_out_of_order_strategy(
@@ -121,7 +123,7 @@ class Runtime:
             queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
         )
-        actor = EngineActor(device, context, resource_capacity=_resource_capacity)
+        actor = EngineActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
         await self._start(actor, self._engines)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
         engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import time
 from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 import pyopencl as cl
 
+from . import _trace
 from . import _verbose as verbose
 from ._errors import (
     ArgumentMismatchError,
@@ -19,6 +21,7 @@ from ._errors import (
 from ._event import Event
 from ._memory import Memory, _is_row_major, stage
 from .actors import Submission
+from .actors._engine_actor import note_uses
 from .actors._stream_actor import BARRIER, KERNEL, MARKER, READ, WRITE, StreamActor
 
 if TYPE_CHECKING:
@@ -92,13 +95,16 @@ class Stream:
         # Verbose level 2 reports device times, so the runtime opens such streams with profiling.
         self._profiling = StreamFlags.profiling in self.flags or self._verbose_exec
 
-    def _event(self, label: str) -> Event:
+    def _event(self, label: str, started: int = 0) -> Event:
         if self._actor.closed:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
+        if _trace.recorder is not None:  # all that tracing costs when off, with _submit's check
+            return _trace.recorder.event(self, label, started)
         return Event(self._actor, label, completion=self._completion, profiling=self._profiling)
 
     def execute(self, primitive: Primitive, args: dict, deps=()) -> Event:
         """Run ``primitive`` on ``args`` (name → Memory) after ``deps``; returns its Event."""
+        started = time.perf_counter_ns() if _trace.recorder is not None else 0
         deps = check_deps(deps)
         if primitive.engine is not self.engine and (
             primitive.engine.cl_context.int_ptr != self.engine.cl_context.int_ptr
@@ -110,14 +116,15 @@ class Stream:
         across = getattr(primitive, "_submit_across", None)
         if across is not None:  # a cross-engine reorder: copies around the kernel, see there
             return across(self, args, deps)
-        return self._submit_kernel(primitive, primitive._buffers(args, self.engine), deps)
+        return self._submit_kernel(primitive, primitive._buffers(args, self.engine), deps, started)
 
-    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps: tuple) -> Event:
-        event = self._event(primitive.label)
-        self._actor.submit(
+    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps: tuple, started: int = 0) -> Event:
+        event = self._event(primitive.label, started)
+        self._submit(
             (KERNEL, event, deps, primitive._kernel, buffers, primitive.spec.global_size,
              primitive.spec.local_size)
         )
+        note_uses(buffers, event)  # user-allocated buffers go back to their free after this
         if self._verbose_exec:
             self.engine._runtime._nursery.start_soon(verbose.report_execution, self.engine, primitive, event)
         return event
@@ -132,7 +139,8 @@ class Stream:
         buffer = self._buffer_of(memory, "memory")
         staging = stage(memory.desc, array)
         event = self._event(f"write:{memory.desc}")
-        self._actor.submit((WRITE, event, deps, buffer, staging))
+        self._submit((WRITE, event, deps, buffer, staging))
+        note_uses((buffer,), event)
         return event
 
     def read(self, memory: Memory, out: np.ndarray, deps=()) -> Event:
@@ -165,7 +173,8 @@ class Stream:
         deps = check_deps(deps)
         buffer = self._buffer_of(memory, "memory")
         event = self._event(f"read:{memory.desc}")
-        self._actor.submit((READ, event, deps, buffer, host))
+        self._submit((READ, event, deps, buffer, host))
+        note_uses((buffer,), event)
         return event
 
     def _write_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
@@ -173,26 +182,33 @@ class Stream:
         deps = check_deps(deps)
         buffer = self._buffer_of(memory, "memory")
         event = self._event(f"write:{memory.desc}")
-        self._actor.submit((WRITE, event, deps, buffer, host))
+        self._submit((WRITE, event, deps, buffer, host))
+        note_uses((buffer,), event)
         return event
 
     def _marker(self, label: str, deps) -> Event:
         """A marker named ``label``: completes when ``deps`` have (or all before it, in order)."""
         event = self._event(label)
-        self._actor.submit((MARKER, event, check_deps(deps)))
+        self._submit((MARKER, event, check_deps(deps)))
         return event
 
     def marker(self, deps=()) -> Event:
         """An event that completes when every command submitted so far (or ``deps``) has."""
         event = self._event("marker")
-        self._actor.submit((MARKER, event, check_deps(deps)))
+        self._submit((MARKER, event, check_deps(deps)))
         return event
 
     def barrier(self, deps=()) -> Event:
         """Like ``marker``, and every later command of this stream waits for it too."""
         event = self._event("barrier")
-        self._actor.submit((BARRIER, event, check_deps(deps)))
+        self._submit((BARRIER, event, check_deps(deps)))
         return event
+
+    def _submit(self, request: tuple) -> None:
+        """Hand ``request`` (op, event, deps, …) to the stream actor."""
+        self._actor.submit(request)
+        if type(request[1]) is not Event:  # a TracedEvent, made while a trace records
+            request[1]._command.trace.submitted(request)
 
     async def wait(self) -> None:
         """Wait until every command submitted so far has completed."""

@@ -65,7 +65,6 @@ class CompiledPartition:
     _plan: Plan = attrs.field(repr=False)
     _primitives: list = attrs.field(repr=False)
     _memory: MemoryPlan = attrs.field(default=None, repr=False)
-    _in_flight: list = attrs.field(factory=list, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self._memory is None:
@@ -177,9 +176,7 @@ class CompiledPartition:
             )
         ins = self._bind(inputs, self.inputs, "inputs")
         outs = self._bind(outputs, self.outputs, "outputs")
-        self._in_flight = [(event, temps) for event, temps in self._in_flight if not event.done]
-
-        temps = [self.engine.memory(MemoryDesc((size,), "u8")) for size in self._memory.buffer_bytes]
+        temps = _allocate_temporaries(self.engine, self._memory.buffer_bytes)
         memories: list[Memory] = []
         for i, slot in enumerate(self._plan.slots):
             if slot.role == "input":
@@ -242,11 +239,26 @@ class CompiledPartition:
         else:
             sinks = [e for e in events if id(e) not in consumed]
             done = sinks[0] if len(sinks) == 1 else stream.marker(deps=sinks)
-        if temps:
-            # OpenCL keeps a released buffer until its commands finish, but the stream actor
-            # enqueues later: hold the temporaries until the partition completes.
-            self._in_flight.append((done, (temps, views)))
+        # Released now, with ``done``, which completes after every step: the submissions hold
+        # the buffers until enqueued and OpenCL until their commands finish; a user allocator's
+        # free gets ``done`` once it is enqueued.
+        for temp in temps:
+            temp._release(after=done)
         return done
+
+
+def _allocate_temporaries(engine: Engine, sizes) -> list[Memory]:
+    """One u8 memory per planned scratch buffer; on an allocation error, none (those made are
+    released at once, which hands them back to a user allocator)."""
+    temps: list[Memory] = []
+    try:
+        for size in sizes:
+            temps.append(engine.memory(MemoryDesc((size,), "u8")))
+    except BaseException:
+        for temp in temps:
+            temp.release()
+        raise
+    return temps
 
 
 _SAME_INDEX_READS = frozenset({"src", "src0", "src1"})

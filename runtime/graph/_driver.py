@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from .. import _trace
 from .._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
 from ._graph import Graph
 from ._json import from_dict
@@ -244,7 +245,9 @@ async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray],
     compiled = []
     for partition in partitions:
         ins = [tensors[lt.id].logical_tensor for lt in partition.input_ports]
-        cp = await partition.compile(engine, ins, None)
+        with _trace.span(f"compile partition {partition.id}", engine=engine,
+                         track="compile partitions", ops="+".join(partition.op_kinds)):
+            cp = await partition.compile(engine, ins, None)
         outs = [Tensor(lt, engine) for lt in cp.outputs]
         for t in outs:
             tensors[t.logical_tensor.id] = t
@@ -312,7 +315,8 @@ async def run_cases(paths, *, engine_spec: str | None, **options) -> list[CaseRe
         results = []
         for path in paths:
             try:
-                result = await run_case(path, engine=engine, **options)
+                with _trace.span(f"case {Path(path).name}", track="graph driver"):
+                    result = await run_case(path, engine=engine, **options)
             except TriodnnError as exc:
                 result = CaseResult(Path(path).name, "FAILED", (), message=f"{type(exc).__name__}: {exc}")
             print(result.summary(), flush=True)
