@@ -18,17 +18,23 @@ from ._layouts import ROW_MAJOR
 from ._logical_tensor import UNKNOWN_DIM, LogicalTensor
 from ._op import Op
 from ._partition import Partition
+from ._runner import GraphRunner, Handler, MissingHandlerError, Pipeline, compile_graph
 from ._tensor import Tensor
 
 __all__ = [
     "CompiledPartition",
     "Graph",
+    "GraphRunner",
+    "Handler",
     "LogicalTensor",
+    "MissingHandlerError",
     "Op",
     "Partition",
+    "Pipeline",
     "ROW_MAJOR",
     "Tensor",
     "UNKNOWN_DIM",
+    "compile_graph",
     "dumps",
     "from_dict",
     "load",
