@@ -33,8 +33,18 @@ def _demo(args: argparse.Namespace) -> int:
 
     from ._demo import run_demo
 
+    _set_verbose(args.verbose)
     passed = trio.run(run_demo, args.engine, args.size, args.requests, args.in_flight, args.rounds)
     return 0 if passed else 1
+
+
+def _set_verbose(level: int | None) -> None:
+    """``--verbose N`` is ``TRIODNN_VERBOSE=N`` (1: a line per primitive creation, 2: and per
+    execution with its device time)."""
+    if level is not None:
+        import os
+
+        os.environ["TRIODNN_VERBOSE"] = str(level)
 
 
 def _graph(args: argparse.Namespace) -> int:
@@ -45,6 +55,7 @@ def _graph(args: argparse.Namespace) -> int:
     from ._trace import record_to
     from .graph._driver import run_cases
 
+    _set_verbose(args.verbose)
     paths = [Path(p) for p in args.case or []]
     if args.batch:
         paths += sorted(Path(args.batch).glob("*.json"))
@@ -74,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--requests", type=int, default=16, help="requests per round (default 16)")
     demo.add_argument("--in-flight", type=int, default=4, help="requests in flight at once (default 4)")
     demo.add_argument("--rounds", type=int, default=3, help="timed rounds per stream kind (default 3)")
+    demo.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     demo.set_defaults(run=_demo)
     graph = commands.add_parser("graph", help="run, check (--mode C) or time (--mode P) oneDNN graph JSON")
     graph.add_argument("--case", action="append", metavar="FILE", help="a serialized graph (repeatable)")
@@ -88,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
     graph.add_argument("--trace", metavar="FILE",
                        help="record a trace of the run to FILE (Chrome JSON: ui.perfetto.dev, chrome://tracing)")
+    graph.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     graph.set_defaults(run=_graph)
     args = parser.parse_args(argv)
     from ._errors import TriodnnError

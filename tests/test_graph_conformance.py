@@ -92,3 +92,12 @@ async def test_public_graph_with_other_data_types(engine, name, dt):
     _require_public()
     result = await run_case(PUBLIC / name, engine=engine, dt=dt)
     assert result.status == "PASSED", result.summary()
+
+
+def test_cli_batch_progress_summary_and_verbose(capsys, monkeypatch):
+    monkeypatch.setenv("TRIODNN_VERBOSE", "0")  # restored after the test; --verbose sets it
+    assert main(["graph", "--batch", str(ROOT / "examples" / "graphs"), "--verbose", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"[1/{len(EXAMPLES)}] PASSED" in out
+    assert "case" in out and "status" in out and "seconds" in out  # the summary table
+    assert "triodnn_verbose,primitive,create:" in out

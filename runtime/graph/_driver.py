@@ -52,6 +52,7 @@ class CaseResult:
     message: str = ""
     ms_per_run: float | None = None
     runs: int = 0
+    seconds: float = 0.0
 
     def summary(self) -> str:
         parts = f"{len(self.partitions)} partition(s): " + "; ".join(self.partitions)
@@ -313,15 +314,57 @@ async def run_cases(paths, *, engine_spec: str | None, **options) -> list[CaseRe
     async with open_runtime() as rt:
         engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
         results = []
-        for path in paths:
+        progress = Progress(len(paths))
+        for i, path in enumerate(paths, 1):
+            progress.show(i, Path(path).name)
+            started = time.perf_counter()
             try:
                 with _trace.span(f"case {Path(path).name}", track="graph driver"):
                     result = await run_case(path, engine=engine, **options)
             except TriodnnError as exc:
                 result = CaseResult(Path(path).name, "FAILED", (), message=f"{type(exc).__name__}: {exc}")
-            print(result.summary(), flush=True)
+            result = attrs.evolve(result, seconds=time.perf_counter() - started)
+            progress.clear()
+            prefix = f"[{i}/{len(paths)}] " if len(paths) > 1 else ""
+            print(prefix + result.summary(), flush=True)
             results.append(result)
+        if len(results) > 1:
+            print(summary_table(results), flush=True)
         return results
+
+
+class Progress:
+    """A one-line progress bar on stderr while a case runs (only on a terminal: logs stay clean)."""
+
+    def __init__(self, total: int, stream=None) -> None:
+        import sys
+
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() and total > 1
+
+    def show(self, index: int, name: str) -> None:
+        if self.live:
+            done = int(20 * (index - 1) / self.total)
+            self.stream.write(f"\r[{'#' * done}{'.' * (20 - done)}] {index}/{self.total} {name[:50]:50}")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.flush()
+
+
+def summary_table(results: list[CaseResult]) -> str:
+    """Every case in one table: status, partitions, primitives-level detail, seconds."""
+    rows = [("case", "status", "partitions", "seconds", "ms/run")]
+    for r in results:
+        rows.append((r.case, r.status, str(len(r.partitions)), f"{r.seconds:.2f}",
+                     "" if r.ms_per_run is None else f"{r.ms_per_run:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def _engine_args(spec: str) -> tuple:
