@@ -39,9 +39,8 @@ from ._spec import (
 # built-ins, and the ternary vectorises.
 _EXPRESSIONS: dict[str, str] = {
     "relu": "x > ($T)(0.0f) ? x : x * $alpha",
-    # erfc and the logistic form avoid 1 + erf / 1 + tanh, which cancel for negative x (and
-    # PoCL's tanh(-inf) is -0.99999994, which left 0.5*x*(1+tanh) far off for large -x).
-    "gelu_erf": "($T)(0.5f) * x * erfc(x * ($T)(-0.70710678118654752f))",
+    # The logistic form avoids 1 + tanh, which cancels for negative x (and PoCL's tanh(-inf) is
+    # -0.99999994, which left 0.5*x*(1+tanh) far off for large -x); gelu_erf is in _BODIES.
     "gelu_tanh": (
         "x / (($T)(1.0f) + exp(($T)(-1.5957691216057308f) * (x + ($T)(0.044715f) * x * x * x)))"
     ),
@@ -66,6 +65,45 @@ _EXPRESSIONS: dict[str, str] = {
     "reciprocal": "($T)(1.0f) / x",
 }
 
+# gelu_erf = 0.5 x erfc(-x / sqrt2), erfc inlined (PoCL keeps erfc and exp as calls: 4.7 GB/s on
+# 16M elements with the call, torch 5.9). With z = |x| / sqrt2 and t = 1 / (1 + z/2),
+# erfc(z) = t exp(-z^2 + P(t)) (the form of Numerical Recipes' erfcc), P of degree 9 fitted
+# (Chebyshev least squares against mpmath) on t in [1/(1 + 9.3/2), 1]: |error| 4.4e-8 in the
+# exponent, so relative in erfc(z); for x > 0 erfc(-z) = 2 - erfc(z). No 1 + erf cancels: for
+# x << 0 the result keeps its relative accuracy down to the f32 range. z^2 = x^2 / 2 is not
+# rounded: x splits into xh (12 significant bits, xh^2 exact) and x - xh. exp is Cephes' expf (as
+# sdpa's: Cody-Waite reduction against the exact -xh^2 / 2, degree-5 polynomial, 2^(n + 24) put
+# in the exponent bits, scaled by 2^-24 at the end so that it stays normal down to n = -149; the
+# round to integer by adding 1.5 * 2^23). Beyond z = 10 erfc is taken as 0 (also z = inf: gelu(+inf)
+# = inf, gelu(-inf) = -inf * 0 = NaN, as the reference's). Measured on 4M points of [-20, 20]
+# against float64 erfc: max relative error 4.1e-7 wherever the result is a normal f32.
+_GELU_ERF_P = (
+    -1.2654266523849653, 0.9982058761617488, 0.3902571638442186, 0.017526168364312176,
+    0.050936560342377334, -0.1728714879595718, -0.5852668810141055, 1.0739912893514847,
+    -0.6459113302175471, 0.13855933599040032,
+)
+_GELU_ERF_EXP = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                 5.0000001201e-1)
+_GELU_ERF = (
+    "const $T z = x < ($T)(0.0f) ? x * ($T)(-0.70710678118654752f) : x * ($T)(0.70710678118654752f);"
+    " const $T t = ($T)(1.0f) / (($T)(1.0f) + ($T)(0.5f) * z);"
+    f" $T p = ($T)({c_float(_GELU_ERF_P[-1])});"
+    + "".join(f" p = p * t + ($T)({c_float(c)});" for c in reversed(_GELU_ERF_P[:-1]))
+    + " const $T xh = as_$T(as_$I(x) & ($I)(-4096));"
+    " const $T rest = p - ($T)(0.5f) * ((x - xh) * (x + xh)); const $T hh = ($T)(0.5f) * (xh * xh);"
+    f" const $T tn = (rest - hh) * ($T)({c_float(1.44269504088896341)}) + ($T)({c_float(12582912.0)});"
+    f" const $T n = tn - ($T)({c_float(12582912.0)});"
+    f" const $T r = ((-hh - n * ($T)({c_float(0.693359375)})) + rest) - n * ($T)({c_float(-2.12194440e-4)});"
+    f" $T y = ($T)({c_float(_GELU_ERF_EXP[0])});"
+    + "".join(f" y = y * r + ($T)({c_float(c)});" for c in _GELU_ERF_EXP[1:])
+    + " y = y * (r * r) + r + ($T)(1.0f);"
+    # erfc(z) * 2^24: 2^(n + 24) stays a normal number down to n = -149.
+    " const $T e = t * as_$T(as_$I(y) + ((as_$I(tn) - ($I)(0x4b400000 - 24)) << 23));"
+    " const $T ec = z > ($T)(10.0f) ? ($T)(0.0f) : e;"
+    f" return x < ($T)(0.0f) ? (($T)(0.5f) * x * ec) * ($T)({c_float(2.0 ** -24)})"
+    f" : ($T)(0.5f) * x * (($T)(2.0f) - ec * ($T)({c_float(2.0 ** -24)}));"
+)
+
 # Algorithms that need local values: a function body rather than one expression. mish is
 # x * tanh(softplus(x)) = x * n / (n + 2) with u = e^x, n = u * (u + 2): no cancellation for large
 # negative x (n ~ 2u, the result ~ x*u) and one exp instead of exp, log and tanh. n/(n+2) rounds to
@@ -76,6 +114,7 @@ _EXPRESSIONS: dict[str, str] = {
 # hardswish returns 0 and x exactly on its saturated ranges rather than x * 0 and x * 1:
 # hardswish(-inf) is 0, not the NaN of -inf * 0. A NaN t fails both tests and stays NaN.
 _BODIES: dict[str, str] = {
+    "gelu_erf": _GELU_ERF,
     "hardswish": (
         "const $T t = ($alpha) * x + ($beta);"
         " return t <= ($T)(0.0f) ? ($T)(0.0f) : (t >= ($T)(1.0f) ? x : x * t);"
@@ -125,7 +164,9 @@ def parameters(alg: str, alpha: float | None, beta: float | None) -> tuple[float
 
 def _function(name: str, type_name: str, alg: str, alpha: float, beta: float) -> str:
     body = _BODIES.get(alg) or f"return {_EXPRESSIONS[alg]};"
-    code = string.Template(body).substitute(T=type_name, alpha=c_float(alpha), beta=c_float(beta))
+    code = string.Template(body).substitute(
+        T=type_name, I=type_name.replace("float", "int"), alpha=c_float(alpha), beta=c_float(beta)
+    )
     return f"static inline {type_name} {name}(const {type_name} x) {{ {code} }}\n"
 
 

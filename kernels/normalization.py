@@ -44,7 +44,8 @@ from typing import Callable
 import numpy as np
 
 from . import _dtype_io, _post_ops, _wg_reduce
-from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
+from . import softmax as _softmax
+from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code, padded_global
 
 _F32_EPS = float(np.finfo(np.float32).eps)
 
@@ -129,6 +130,17 @@ def generate_layer(
             rms=rms, config=config, post_ops=post_ops, po_axis={name: st[axis] for name, st in po_strides.items()},
             src_dtype=src_dtype, dst_dtype=dst_dtype,
         )
+    vec = 1
+    if config.vector_width >= 16:
+        vec = _softmax._row_vector_width(n, (tensors["src"], tensors["dst"]), (ss, ds), other_dims,
+                                         config.vector_width)
+    if vec > 1:
+        return _generate_layer_vector(
+            n=n, vec=vec, rows=rows, other_dims=other_dims, tensors=tensors, epsilon=epsilon,
+            scale_stride=scale_stride, shift_stride=shift_stride, mean=mean_strides is not None,
+            variance=variance_strides is not None, rms=rms, config=config, post_ops=post_ops,
+            po_axis={name: st[axis] for name, st in po_strides.items()}, src_dtype=src_dtype, dst_dtype=dst_dtype,
+        )
     x_at = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
     eps = c_float(epsilon)
     lines = []
@@ -188,6 +200,136 @@ def generate_layer(
         global_size=(padded_global(rows, local),),
         local_size=(local,),
         impl=f"ocl:row:v1l{local}",
+    )
+
+
+# Rows per work-item on the vector path: short rows are grouped so that each work-item walks
+# about this many elements, as long as every one of the two cores still gets many work-items.
+_VECTOR_ROW_ELEMENTS = 512
+_VECTOR_MIN_ITEMS = 64
+
+
+def _generate_layer_vector(
+    *,
+    n: int,
+    vec: int,
+    rows: int,
+    other_dims: tuple[int, ...],
+    tensors: dict[str, tuple[int, ...]],
+    epsilon: float,
+    scale_stride: int | None,
+    shift_stride: int | None,
+    mean: bool,
+    variance: bool,
+    rms: bool,
+    config: KernelConfig,
+    post_ops: tuple,
+    po_axis: dict[str, int],
+    src_dtype: str,
+    dst_dtype: str,
+) -> KernelSpec:
+    """Layer (RMS) normalization on the CPU configuration, rows walked ``vec`` elements at a time
+    (the row contiguous in src and dst, its length a multiple of ``vec``, each row aligned: see
+    ``softmax._row_vector_width``). f32 rows go through vector pointer casts (PoCL keeps vloadN
+    as a call), other storage types load and store element by element into the same vector math.
+    The passes are the row kernel's, each sum a Kahan sum per lane (``softmax._step``) folded by
+    compensated halving (``softmax._sum_fold_code``). Short rows: several per work-item. In place
+    is safe as in the row kernel: the writing pass reads each chunk right before writing it."""
+    T = VECTOR_TYPES[vec]
+    chunks = n // vec
+    local = config.local_size
+    per_item = max(1, min(_VECTOR_ROW_ELEMENTS // n, rows // (_VECTOR_MIN_ITEMS * local)))
+    items = -(-rows // per_item)
+    offsets = index_code(other_dims, tensors, "row")
+    xs_k = "xs[k]" if src_dtype == "f32" else _dtype_io.load_vector(src_dtype, "xs", "k", T, vec)
+    xd_k = "xd[k]" if dst_dtype == "f32" else _dtype_io.load_vector(dst_dtype, "xd", "k", T, vec)
+    xs_decl = (
+        f"__global const {T}* xs = (__global const {T}*)(src + off_src);" if src_dtype == "f32"
+        else f"__global const {_dtype_io.STORAGE[src_dtype]}* xs = src + off_src;"
+    )
+    xd_decl = (
+        f"__global {T}* xd = (__global {T}*)(dst + off_dst);" if dst_dtype == "f32"
+        else f"__global {_dtype_io.STORAGE[dst_dtype]}* xd = dst + off_dst;"
+    )
+
+    def gather(name: str, stride: int, offset: str = "") -> str:
+        # A parameter or operand chunk: a vector pointer where it is contiguous from an aligned
+        # start (scale and shift: their own buffers), else gathered lane by lane.
+        if stride == 0:
+            return f"(({T})({name}[{offset or '0'}]))"
+        if stride == 1 and not offset:
+            return f"((__global const {T}*){name})[k]"
+        base = f"{offset} + " if offset else ""
+        lanes = ", ".join(f"{name}[{base}k * {vec * stride}UL + {t * stride}UL]" for t in range(vec))
+        return f"(({T})({lanes}))"
+
+    fold = _softmax._sum_fold_code(vec)
+    zero = f"({T})(0.0f)"
+
+    def compensated_sum(load: str, term: str, out: str) -> str:
+        return (
+            f"{{ {T} sv = {zero}, cv = {zero};\n"
+            f"        for (ulong k = 0; k < {chunks}UL; ++k) {{ {load} {_softmax._step('sv', 'cv', term, T)} }}\n"
+            "        cv = -cv;  /* Kahan keeps minus the lost low parts; the fold adds error terms */\n"
+            f"        float s;\n        {fold}\n        {out} = s / {c_float(n)}; }}"
+        )
+
+    eps = c_float(epsilon)
+    lines = [xs_decl, xd_decl]
+    if rms:
+        lines += [
+            "float ms;",
+            compensated_sum(f"const {T} x = {xs_k};", "x * x", "ms"),
+            f"const float inv = 1.0f / sqrt(ms + {eps});",
+        ]
+        value = f"{xs_k} * ({T})(inv)"
+    else:
+        lines += [
+            "float m, v;",
+            compensated_sum(f"const {T} x = {xs_k};", "x", "m"),
+            compensated_sum(f"const {T} d = {xs_k} - ({T})(m);", "d * d", "v"),
+        ]
+        if mean:
+            lines.append("mean[off_mean] = m;")
+        if variance:
+            lines.append("variance[off_variance] = v;")
+        lines.append(f"const float inv = 1.0f / sqrt(v + {eps});")
+        value = f"({xs_k} - ({T})(m)) * ({T})(inv)"
+    if scale_stride is not None:
+        value = f"({value}) * {gather('scale', scale_stride)}"
+    if shift_stride is not None:
+        value = f"{value} + {gather('shift', shift_stride)}"
+    chain = _post_ops.apply(post_ops, "y", T, xd_k, lambda name: gather(name, po_axis[name], f"off_{name}"))
+    store = f"xd[k] = y;" if dst_dtype == "f32" else _dtype_io.store_vector(dst_dtype, "xd", "k", T, vec, "y")
+    lines.append(f"for (ulong k = 0; k < {chunks}UL; ++k) {{ {T} y = {value}; {chain} {store} }}")
+
+    args = _layer_args(scale_stride is not None, shift_stride is not None, mean, variance, po_axis)
+    name = "rmsnorm_fwd" if rms else "lnorm_fwd"
+    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst", "mean", "variance"))
+    body = "\n        ".join(lines)
+    if per_item == 1:
+        head = f"const ulong row = get_global_id(0);\n    if (row >= {rows}UL) return;\n    {{"
+    else:
+        head = (
+            f"for (ulong rr = 0; rr < {per_item}UL; ++rr) {{\n"
+            f"        const ulong row = get_global_id(0) * {per_item}UL + rr;\n"
+            f"        if (row >= {rows}UL) return;"
+        )
+    # No restrict: in place, src and dst are one buffer.
+    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops, (T,)) + f"""__kernel void {name}({params}) {{
+    {head}
+        {offsets}
+        {body}
+    }}
+}}
+"""
+    return KernelSpec(
+        source=source,
+        name=name,
+        arg_names=tuple(args),
+        global_size=(padded_global(items, local),),
+        local_size=(local,),
+        impl=f"ocl:row:v{vec}l{local}" + (f"r{per_item}" if per_item > 1 else ""),
     )
 
 

@@ -334,7 +334,7 @@ def test_impl_names_the_path():
     # The CPU configuration never takes the work-group path.
     assert softmax_impl((4096, 4096), config=CPU) == "ocl:row:v16l16"
     assert softmax_impl((5, 37), config=CPU) == "ocl:row:v1l16"
-    assert layer_impl((8, 384, 1024), config=CPU) == "ocl:row:v1l16"
+    assert layer_impl((8, 384, 1024), config=CPU) == "ocl:row:v16l16"  # the float16 row path
     # The launch: one work-group per row.
     spec = SoftmaxDesc("softmax", MemoryDesc((10, 4096))).generate(GPU)
     assert spec.global_size == (10 * 256,) and spec.local_size == (256,)
