@@ -132,9 +132,11 @@ def load(source) -> Graph:
     elif isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith(("{", "["))):
         path = Path(os.fspath(source))
         try:
-            text = path.read_text()
+            text = path.read_bytes().decode("utf-8", errors="replace")
         except OSError as exc:
             raise InvalidGraphError(f"cannot read graph file {str(path)!r}: {exc.strerror}") from None
+        except ValueError as exc:  # a NUL byte in the path
+            raise InvalidGraphError(f"cannot read graph file {str(path)!r}: {exc}") from None
     elif isinstance(source, str):
         text = source
     else:
@@ -143,6 +145,8 @@ def load(source) -> Graph:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidGraphError(f"malformed graph JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidGraphError("malformed graph JSON: nested too deeply") from None
     return from_dict(document)
 
 
