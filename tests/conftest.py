@@ -40,6 +40,21 @@ async def rt():
         yield runtime
 
 
+def default_record():
+    """The device record the runtime's default engine opens (``rt.engine()``): $TRIODNN_ENGINE,
+    else the first CPU device, else the first of any kind. Not ``available_engines()[0]``: a
+    simulator such as Oclgrind may be listed before PoCL."""
+    import os
+
+    from triodnn._runtime import DEFAULT_ENGINE_ENV, find_device, parse_engine_spec
+    from triodnn.actors import list_devices
+
+    spec = os.environ.get(DEFAULT_ENGINE_ENV) or (
+        "cpu:0" if any(r.kind == "cpu" for r in list_devices()) else "any:0")
+    kind, index = parse_engine_spec(spec)
+    return find_device(kind, index or 0)
+
+
 @pytest.fixture
 async def engine(rt):
     """The default engine: cpu:0 (PoCL) here, or whatever ``$TRIODNN_ENGINE`` names."""

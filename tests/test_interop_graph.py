@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 import triodnn
+from conftest import default_record
 from triodnn import EltwiseDesc, MemoryDesc, StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
 from triodnn.kernels import eltwise, tolerance
@@ -27,7 +28,7 @@ COMPLETE = cl.command_execution_status.COMPLETE
 
 @pytest.fixture
 def device():
-    return triodnn.available_engines()[0].device
+    return default_record().device
 
 
 @pytest.fixture
