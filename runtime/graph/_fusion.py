@@ -67,6 +67,7 @@ def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
     """``{anchor op id: Chain}`` for the partition's ``ops`` (topological order)."""
     from ._lowering import _UNARY
+    from ._reference import eltwise_parameters
 
     position = {op.id: i for i, op in enumerate(ops)}
     producer = {lt.id: op for op in ops for lt in op.outputs}
@@ -112,7 +113,7 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
                 break
             link = readers[0]
             if link.kind in _UNARY:
-                alg, alpha, beta = _UNARY[link.kind](link.attrs)
+                alg, alpha, beta = eltwise_parameters(link.kind, link.attrs)
                 entries.append(("eltwise", alg, alpha, beta))
             elif link.kind == "BiasAdd" and anchor.kind in ("MatMul", "Convolution") and not entries \
                     and len(anchor.inputs) == 2:

@@ -35,6 +35,8 @@ from .._sdpa_desc import SdpaDesc
 from .._sum_concat_desc import ConcatDesc
 from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
 from ._op import Op
+from ._op_schema import OP_SCHEMAS
+from ._reference import eltwise_parameters
 
 
 @attrs.frozen
@@ -274,34 +276,16 @@ def _as_dims(b: Builder, op: Op, view: View, dims: tuple[int, ...]) -> View:
 
 # -- eltwise and binary ----------------------------------------------------------------------
 
-_UNARY = {
-    "Abs": lambda a: ("abs", None, None),
-    "Clamp": lambda a: ("clip", a["min"], a["max"]),
-    "Elu": lambda a: ("elu", a["alpha"], None),
-    "Exp": lambda a: ("exp", None, None),
-    "GELU": lambda a: ("gelu_tanh" if a.get("mode", "gelu_erf") == "gelu_tanh" else "gelu_erf", None, None),
-    "HardSigmoid": lambda a: ("hardsigmoid", a.get("alpha"), a.get("beta")),
-    "HardSwish": lambda a: ("hardswish", None, None),
-    "LeakyReLU": lambda a: ("relu", a["alpha"], None),
-    "Log": lambda a: ("log", None, None),
-    "Mish": lambda a: ("mish", None, None),
-    "Pow": lambda a: ("pow", 1.0, a["beta"]),
-    "Reciprocal": lambda a: ("pow", 1.0, -1.0),
-    "ReLU": lambda a: ("relu", 0.0, None),
-    "Round": lambda a: ("round", None, None),
-    "Sigmoid": lambda a: ("sigmoid", None, None),
-    "SoftPlus": lambda a: ("soft_relu", a.get("beta", 1.0), None),
-    "Sqrt": lambda a: ("sqrt", None, None),
-    "Square": lambda a: ("square", None, None),
-    "Tanh": lambda a: ("tanh", None, None),
-}
+# Unary eltwise ops and their kernel algorithm: the mapping the numpy reference uses too
+# (_reference.eltwise_parameters), so the lowering and the check cannot disagree.
+_UNARY = frozenset(kind for kind, schema in OP_SCHEMAS.items() if schema.unary_elementwise)
 
 _BINARY = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div", "Maximum": "max",
            "Minimum": "min", "GreaterEqual": "ge"}
 
 
 def _lower_unary(b: Builder, op: Op) -> None:
-    alg, alpha, beta = _UNARY[op.kind](op.attrs)
+    alg, alpha, beta = eltwise_parameters(op.kind, op.attrs)
     kwargs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
     b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, **kwargs),
           {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
