@@ -4,7 +4,6 @@ README's one test command covers them; skipped where the notebook extras are not
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -26,4 +25,3 @@ def test_notebook_runs(path, monkeypatch):
     errors = [o for cell in notebook.cells if cell.cell_type == "code"
               for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert errors == [], errors
-    assert os.environ["MPLBACKEND"] == "Agg"
