@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import attrs
 import pyopencl as cl
 
@@ -67,7 +69,59 @@ def describe_device(device: cl.Device) -> dict:
         "max_compute_units": int(device.max_compute_units),
         "max_work_group_size": int(device.max_work_group_size),
         "global_mem_size": int(device.global_mem_size),
+        "local_mem_size": int(device.local_mem_size),
         "queue_properties": int(device.queue_properties),
         "single_fp_config": int(device.single_fp_config),
         "extensions": tuple(sorted(device.extensions.split())),
     }
+
+
+# A call with a float16 argument, which the probe below compiles (never runs). To a function of
+# its own, not a built-in: PoCL 3.0 aborts the process when it releases the context of a program
+# it loaded from its disk cache that calls a built-in across the mismatch.
+_FLOAT16_CALL_PROBE = (
+    "static float16 triodnn_twice(float16 x) { return x + x; }\n"
+    "__kernel void triodnn_float16_call(__global float16* x) { x[0] = triodnn_twice(x[0]); }\n"
+)
+_float16_split: dict[tuple[str, ...], bool] = {}
+
+
+def _device_key(device: cl.Device) -> tuple[str, ...]:
+    return (device.platform.name, device.platform.version, device.name, device.driver_version)
+
+
+def known_float16_split(device: cl.Device) -> bool | None:
+    """``float16_calls_split``'s answer for this device if this process has it, else None."""
+    return _float16_split.get(_device_key(device))
+
+
+def float16_calls_split(device: cl.Device) -> bool:
+    """Whether kernels must pass float16 to built-ins as float8 halves on this CPU device.
+
+    PoCL 3.0's LLVM 14 does not know AMD's Zen 4: it compiles kernels for "znver3" (no AVX-512)
+    and links the AVX-512 built-in library, and a float16 argument crashes the call. Clang warns
+    wherever a float16 argument goes without AVX-512 ("... without 'avx512f' enabled changes the
+    ABI"); this builds a two-line probe (0.2-0.5 s; PoCL caches it with its log) and reads the
+    warning. A CPU without AVX-512 at all answers True too, and loses nothing by it: its float16
+    calls travel as two halves either way. Blocking: call it from a worker thread. Answered once
+    per device per process.
+    """
+    key = _device_key(device)
+    if key not in _float16_split:
+        _float16_split[key] = "changes the ABI" in _probe_log(device)
+    return _float16_split[key]
+
+
+def _probe_log(device: cl.Device) -> str:
+    # A context of its own: the engine's holds nothing of the probe.
+    context = cl.Context([device])
+    program = cl.Program(context, _FLOAT16_CALL_PROBE)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyopencl's CompilerWarning: the log is the answer
+            program.build(devices=[device])
+        return program.get_build_info(device, cl.program_build_info.LOG) or ""
+    except cl.Error:
+        return ""  # a compiler that refuses the probe cannot have the mismatch it detects
+    finally:
+        del program, context

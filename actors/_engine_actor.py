@@ -22,6 +22,7 @@ import pyopencl as cl
 import trio
 
 from .._errors import BuildError, ClosedError, ExecutionError, InvalidArgumentError, TriodnnError
+from ..kernels import local_memory_bytes, program_source
 from ._program_binary import program_binary
 from ._reply import ReplySlot
 
@@ -288,8 +289,18 @@ class EngineActor:
     def _build_in_thread(self, request: BuildRequest) -> BuiltKernel:
         started = time.perf_counter()
         spec = request.desc.generate(request.config)
+        needed = local_memory_bytes(spec.source)
+        offered = int(self.device.local_mem_size)
+        if needed > offered:
+            # Generators size tiles to config.local_memory, the device's figure unless a caller
+            # forced another configuration; a kernel past the device would fail at launch, later
+            # and less clearly (Oclgrind: "total local memory size exceeds device maximum").
+            raise BuildError(
+                f"kernel {spec.name!r} ({request.desc.label}) declares {needed} bytes of __local memory; "
+                f"{self.device.name.strip()} offers {offered}"
+            )
         if request.binary is None:
-            program = cl.Program(self.context, spec.source)
+            program = cl.Program(self.context, program_source(spec, request.config))
         else:
             program = cl.Program(self.context, [self.device], [request.binary])
         try:

@@ -63,7 +63,7 @@ import trio
 import triodnn
 from triodnn.kernels import binary as binary_kernels
 from triodnn.kernels import eltwise as eltwise_kernels
-from triodnn.kernels import tolerance
+from triodnn.kernels import program_source, tolerance
 
 import _common as common
 
@@ -356,7 +356,7 @@ async def diagnose(engine, specs) -> list[dict]:
 
         def build_in_thread(kernel_spec=kernel_spec, desc=desc, phases=phases):
             t = perf()
-            program = cl.Program(context, kernel_spec.source).build()
+            program = cl.Program(context, program_source(kernel_spec, engine._config)).build()
             phases.append(("clBuildProgram (GIL released)", t, perf()))
             t = perf()
             kernel = cl.Kernel(program, kernel_spec.name)
@@ -389,7 +389,7 @@ async def diagnose(engine, specs) -> list[dict]:
         async def release_during_build(other=other, i=i, timing=timing):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.to_thread.run_sync,
-                                   lambda: cl.Program(context, other.source).build())
+                                   lambda: cl.Program(context, program_source(other, engine._config)).build())
                 await trio.sleep(0.03)  # the worker thread is inside clBuildProgram now
                 t = perf()
                 kept[i] = None  # drops the program and its kernel: clReleaseKernel, clReleaseProgram

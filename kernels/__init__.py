@@ -19,7 +19,8 @@ from . import (
     sum,
     tolerance,
 )
-from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, select_config
+from ._float16_calls import program_source
+from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, local_memory_bytes, select_config
 
 __all__ = [
     "KernelConfig",
@@ -31,9 +32,11 @@ __all__ = [
     "dense_strides",
     "eltwise",
     "is_dense",
+    "local_memory_bytes",
     "matmul",
     "normalization",
     "pooling",
+    "program_source",
     "reduction",
     "reorder",
     "select_config",

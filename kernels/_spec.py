@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import attrs
 import numpy as np
+
+
+# Bytes of __local memory per work-group that OpenCL 1.2's full profile guarantees.
+MIN_LOCAL_MEMORY = 32 * 1024
 
 
 @attrs.frozen
@@ -15,21 +20,46 @@ class KernelConfig:
     PoCL keeps OpenCL math built-ins as calls, so on the CPU device each work-item takes a float16
     vector to amortise them; GPUs want one element per work-item and wide work-groups for
     coalesced access.
+
+    ``local_memory`` is the device's ``__local`` memory per work-group in bytes: generators size
+    their tiles to it. The default is the 32 KiB every full-profile OpenCL device guarantees; PoCL
+    offers 1 MiB, NVIDIA 48 KiB, Oclgrind exactly 32 KiB (where a tile asking for more fails).
+
+    ``split_float16_calls``: the device's compiler and its built-in library disagree on how a
+    float16 argument travels (see ``_float16_calls``); the program source then passes float16
+    to built-ins as float8 halves.
     """
 
     vector_width: int = attrs.field(validator=attrs.validators.in_((1, 2, 4, 8, 16)))
     local_size: int = attrs.field(validator=attrs.validators.gt(0))
+    local_memory: int = attrs.field(default=MIN_LOCAL_MEMORY, validator=attrs.validators.ge(4096))
+    split_float16_calls: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @property
     def name(self) -> str:
         return f"v{self.vector_width}l{self.local_size}"
 
 
-def select_config(device_type: str, max_work_group_size: int) -> KernelConfig:
-    """Pick vector width and local size from the device type (``"cpu"`` or ``"gpu"``)."""
+def select_config(
+    device_type: str, max_work_group_size: int, local_memory: int = MIN_LOCAL_MEMORY,
+    split_float16_calls: bool = False,
+) -> KernelConfig:
+    """Pick vector width and local size from the device type (``"cpu"`` or ``"gpu"``); tiles
+    fit ``local_memory`` (the device's ``CL_DEVICE_LOCAL_MEM_SIZE``)."""
+    device = dict(local_memory=local_memory, split_float16_calls=split_float16_calls)
     if device_type == "cpu":
-        return KernelConfig(vector_width=16, local_size=min(16, max_work_group_size))
-    return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size))
+        return KernelConfig(vector_width=16, local_size=min(16, max_work_group_size), **device)
+    return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size), **device)
+
+
+_LOCAL_DECLARATION = re.compile(r"__local\s+(float|int|uint|half)(2|4|8|16)?\s+\w+\[(\d+)\]")
+_SCALAR_BYTES = {"float": 4, "int": 4, "uint": 4, "half": 2}
+
+
+def local_memory_bytes(source: str) -> int:
+    """Bytes of the ``__local`` arrays an OpenCL source declares (``__local TYPE name[N];``):
+    what a work-group of its kernel takes, for checks that a tile fits the device."""
+    return sum(_SCALAR_BYTES[t] * int(w or 1) * int(n) for t, w, n in _LOCAL_DECLARATION.findall(source))
 
 
 VECTOR_TYPES: dict[int, str] = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}

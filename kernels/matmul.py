@@ -103,21 +103,39 @@ def _cpu_rows_per_item(m: int, n_panels: int, nbatch: int, tm: int) -> int:
     return math.ceil(tiles / blocks) * tm
 
 
+def _cpu_local_bytes(k: int, kc: int, mc: int, tm: int, nv: int) -> int:
+    """__local bytes of a work-item: the weights panel (kc x 16nv floats), the edge tile and,
+    where K takes several chunks, the partial sums of its mc rows."""
+    return 64 * nv * (kc + tm + (mc if k > kc else 0))
+
+
+def _cpu_fit_local(k: int, kc: int, mc: int, tm: int, nv: int, budget: int) -> tuple[int, int]:
+    """Halve the K chunk or the rows per work-item, the larger first, until the work-item's
+    __local arrays fit ``budget``. PoCL's 1 MiB never asks; a 32 KiB device does."""
+    while _cpu_local_bytes(k, kc, mc, tm, nv) > budget:
+        if kc > 16 and (kc >= mc or mc <= tm):
+            kc = max(16, kc // 2)
+        elif mc > tm:
+            mc = max(tm, mc // 2 // tm * tm)
+        else:
+            break
+    return kc, mc
+
+
 def _cpu_generate(
     *, m: int, n: int, k: int, nbatch: int, batch_offsets: str,
     sa: tuple, sb: tuple, sd: tuple, sc: tuple, has_bias: bool,
-    post_ops: tuple, po_strides: dict, dtypes: dict[str, str],
+    post_ops: tuple, po_strides: dict, dtypes: dict[str, str], local_memory: int,
 ) -> KernelSpec:
     tm, tn = _cpu_tile(m, n)
     tm = math.ceil(m / math.ceil(m / tm))  # as many micro-tiles, fewest rows (M=8: 2 x 4, not 2 x 6)
     nv = tn // 16
     nt = math.ceil(n / tn)
-    mc = _cpu_rows_per_item(m, nt, nbatch, tm)
+    kc, mc = _cpu_fit_local(k, min(k, CPU_KC), _cpu_rows_per_item(m, nt, nbatch, tm), tm, nv, local_memory)
     # One micro-tile per work-item: nothing reuses a copy of the weights, so full panels of f32
     # row-major weights are read in place.
     direct = mc == tm and dtypes["weights"] == "f32" and sb[-1] == 1 and n >= tn
     mt = math.ceil(m / mc)
-    kc = min(k, CPU_KC)
     chunks = math.ceil(k / kc)
     sam, sak = sa[-2], sa[-1]
     sbk, sbn = sb[-2], sb[-1]
@@ -332,6 +350,7 @@ def generate(
             m=m, n=n, k=k, nbatch=nbatch, batch_offsets=batch_offsets, sa=sa, sb=sb, sd=sd, sc=sc,
             has_bias=has_bias, post_ops=post_ops, po_strides=po_strides,
             dtypes={"src": src_dtype, "weights": wei_dtype, "bias": bias_dtype, "dst": dst_dtype},
+            local_memory=config.local_memory,
         )
 
     def vector_block() -> str:

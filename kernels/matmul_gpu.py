@@ -142,8 +142,11 @@ SMALL_PREFERENCE: tuple[str, ...] = ("32x32x16:r4x4:s4", "32x64x16:r4x4:s2", "32
 
 def applies(m: int, n: int, config: KernelConfig) -> bool:
     """Whether ``matmul.generate`` hands this problem to this generator: GPU shape (vector width
-    1), work-groups of 64+ and dst at least 32 x 32 and 64 x 64 elements in all."""
-    return config.vector_width == 1 and config.local_size >= 64 and m >= 32 and n >= 32 and m * n >= 64 * 64
+    1), work-groups of 64+, local memory for the smallest PREFERENCE tile, and dst at least 32 x 32
+    and 64 x 64 elements in all."""
+    smallest = min(TILES[name].local_bytes() for name in PREFERENCE)
+    return (config.vector_width == 1 and config.local_size >= 64 and config.local_memory >= smallest
+            and m >= 32 and n >= 32 and m * n >= 64 * 64)
 
 
 def splits_k(tile: Tile, k: int) -> bool:
@@ -153,11 +156,12 @@ def splits_k(tile: Tile, k: int) -> bool:
 
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig, k: int | None = None) -> Tile:
     groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
-    fitting = [TILES[name] for name in PREFERENCE if TILES[name].threads <= config.local_size]
+    fits = lambda t: t.threads <= config.local_size and t.local_bytes() <= config.local_memory  # noqa: E731
+    fitting = [TILES[name] for name in PREFERENCE if fits(TILES[name])]
     for tile in fitting:
         if groups(tile) >= MIN_GROUPS:
             return tile
-    small = [TILES[name] for name in SMALL_PREFERENCE if TILES[name].threads <= config.local_size
+    small = [TILES[name] for name in SMALL_PREFERENCE if fits(TILES[name])
              and (k is not None and splits_k(TILES[name], k) or TILES[name].ks == 1)]
     for tile in small:
         if groups(tile) >= MIN_GROUPS:

@@ -60,8 +60,17 @@ FLOAT_DTYPES: tuple[str, ...] = ("f32", "bf16", "f16")
 CPU_SHAPES = {1: (16, 8), 2: (8, 4)}  # rv -> (keys per block, Dv columns per group)
 
 
-def cpu_row_vectors(sq: int) -> int:
-    return 1 if sq <= 16 else 2
+def cpu_row_vectors(sq: int, d: int = 0, dv: int = 0, local_memory: int | None = None) -> int:
+    """Float16 vectors of query rows per work-item: 2, or 1 where Sq <= 16 or where two would
+    not fit ``local_memory`` (Q^T and O take 64 bytes per row vector and column); 0 where not
+    even one fits, and the GPU kernels take the problem."""
+    rv = 1 if sq <= 16 else 2
+    if local_memory is not None:
+        while rv > 0 and 64 * rv * (d + dv) > local_memory:
+            rv -= 1
+    return rv
+
+
 # GPU shape: keys per tile, and the most floats the K and V tiles may take in __local memory.
 GPU_BK, GPU_TILE_FLOATS = 32, 8192
 
@@ -218,7 +227,9 @@ def generate(
         signature=f"__kernel void sdpa_fwd({', '.join(params)})", functions=functions, args=args,
     )
     if config.vector_width >= 16:
-        return _cpu_generate(**common)
+        rv = cpu_row_vectors(sq, d, dv, config.local_memory)
+        if rv:
+            return _cpu_generate(rv=rv, **common)
     shape = gpu_split_shape(sq, skv, d, dv, config)
     if shape is not None:
         return _gpu_split_generate(shape=shape, **common)
@@ -244,9 +255,8 @@ def _tree(lines: list[str], names: list[str], combine: str, prefix: str) -> str:
     return level[0]
 
 
-def _cpu_generate(*, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
+def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
                   dtypes, signature, functions, args) -> KernelSpec:
-    rv = cpu_row_vectors(sq)
     bk, ge = CPU_SHAPES[rv]
     rb = 16 * rv  # query rows per work-item: rv float16 vectors, one row per lane
     qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
@@ -409,7 +419,8 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
     load = _dtype_io.load
     local = _gpu_local(sq, config)
-    bk = max(1, min(GPU_BK, skv, 1 << (max(1, GPU_TILE_FLOATS // (d + dv)).bit_length() - 1)))
+    tile_floats = min(GPU_TILE_FLOATS, config.local_memory // 4)
+    bk = max(1, min(GPU_BK, skv, 1 << (max(1, tile_floats // (d + dv)).bit_length() - 1)))
     groups = math.ceil(sq / local)
     sqm, sqd = sa["q"][-2:]
     skj, skd = sa["k"][-2:]
@@ -524,12 +535,19 @@ def gpu_split_shape(sq: int, skv: int, d: int, dv: int, config: KernelConfig) ->
     t = GPU_SPLIT_T
     if local < 64 or _up4(d) + _up4(dv) > GPU_SPLIT_REGS:
         return None
+    budget = min(GPU_SPLIT_LOCAL_FLOATS, config.local_memory // 4)
     bk = max(t, min(GPU_SPLIT_BK, 1 << max(0, skv - 1).bit_length()))
-    while bk > t and bk * (_odd4(_up4(d)) + _odd4(_up4(dv))) > GPU_SPLIT_LOCAL_FLOATS:
+    while bk > t and _split_local_floats(t, bk, local, d, dv) > budget:
         bk //= 2
-    if bk * (_odd4(_up4(d)) + _odd4(_up4(dv))) > GPU_SPLIT_LOCAL_FLOATS:
+    if _split_local_floats(t, bk, local, d, dv) > budget:
         return None
     return t, bk, local
+
+
+def _split_local_floats(t: int, bk: int, local: int, d: int, dv: int) -> int:
+    """Floats of the split kernel's __local buffer: the K and V tiles, reused to stage Q and to
+    merge the T states of each row."""
+    return max(bk * (_odd4(_up4(d)) + _odd4(_up4(dv))), local // t * _up4(d), local * 8)
 
 
 def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
@@ -547,7 +565,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     kc = bk // t_  # keys per work-item per tile
     d4, dv4 = _up4(d), _up4(dv)
     ks, vs = _odd4(d4), _odd4(dv4)  # local row lengths of the K and V tiles
-    tile_floats = max(bk * (ks + vs), rows * d4, local * 8)  # K/V tiles; Q staging; merge
+    tile_floats = _split_local_floats(t_, bk, local, d, dv)
     groups = math.ceil(sq / rows)
     sqm, sqd = sa["q"][-2:]
     skj, skd = sa["k"][-2:]

@@ -45,9 +45,13 @@ class DeviceInfo:
     max_compute_units: int
     max_work_group_size: int
     global_mem_size: int
+    local_mem_size: int
     queue_properties: int
     single_fp_config: int
     extensions: tuple[str, ...] = attrs.field(repr=False)
+    # Built-ins take float16 arguments as float8 halves (PoCL 3.0 on AMD Zen 4: see
+    # triodnn.kernels._float16_calls); probed at engine open, for CPU devices.
+    splits_float16_calls: bool = False
 
 
 @attrs.frozen(cache_hash=True)
@@ -92,7 +96,9 @@ class Engine:
     _build_options: tuple[str, ...] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._config = select_config(self.info.type, self.info.max_work_group_size)
+        self._config = select_config(
+            self.info.type, self.info.max_work_group_size, self.info.local_mem_size, self.info.splits_float16_calls
+        )
         self._device_identity = DeviceIdentity.of(self.info)
         # OpenCL lets f32 division and sqrt be off by 2.5-3 ulp; where the device can round them
         # correctly, ask for it, so binary div matches numpy as add and mul do.

@@ -23,8 +23,10 @@ from .actors import (
     StreamActor,
     choose_out_of_order_strategy,
     describe_device,
+    float16_calls_split,
     global_compiled_partition_cache,
     global_primitive_cache,
+    known_float16_split,
     list_devices,
 )
 
@@ -116,7 +118,13 @@ class Runtime:
         self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None
     ) -> Engine:
         self._check_open()
-        info = DeviceInfo(**describe_device(device))
+        facts = describe_device(device)
+        split = False
+        if facts["type"] == "cpu":  # CPU-shaped kernels pass float16 vectors to built-ins
+            split = known_float16_split(device)
+            if split is None:
+                split = await trio.to_thread.run_sync(float16_calls_split, device)
+        info = DeviceInfo(**facts, splits_float16_calls=split)
         strategy = choose_out_of_order_strategy(
             vendor=info.vendor,
             platform=info.platform,

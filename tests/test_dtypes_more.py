@@ -118,7 +118,7 @@ async def shaped_engine(request, engine):
     if request.param == "v1":
         engine._config = NARROW
         return engine, NARROW
-    return engine, select_config(engine.info.type, engine.info.max_work_group_size)
+    return engine, engine._config
 
 
 # -- matmul ----------------------------------------------------------------------------------------

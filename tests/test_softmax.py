@@ -7,7 +7,7 @@ import pytest
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, UnsupportedError
 from triodnn._reduction_desc import SoftmaxDesc
-from triodnn.kernels import select_config, softmax, tolerance
+from triodnn.kernels import softmax, tolerance
 
 # name: (dims, axis, src strides, dst strides, expected impl prefix). Sizes avoid multiples of 16
 # where the scalar path is meant, and take them where the vector path is.
@@ -34,7 +34,7 @@ async def test_algorithm_on_every_path(alg, engine, build, upload, rng):
         name: SoftmaxDesc(alg, src, dst, axis=axis) for name, (_, axis, src, dst, _) in cases.items()
     })
     stream = await engine.stream()
-    vectors = select_config(engine.info.type, engine.info.max_work_group_size).vector_width > 1
+    vectors = engine._config.vector_width > 1  # the configuration the engine builds with
     for name, (dims, axis, src_desc, dst_desc, impl) in cases.items():
         prim = prims[name]
         # GPUs (one element per work-item) take the per-row scalar path or, for rows of 32 or
