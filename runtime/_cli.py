@@ -105,6 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from ._errors import TriodnnError
 
+    if not sys.warnoptions:
+        # The command owns its process: kernel build logs (PoCL on AMD Zen 4 warns on every
+        # float16 function argument) are not the user's to act on. Any -W option keeps them:
+        # `PYOPENCL_COMPILER_OUTPUT=1 python -W default -m triodnn._cli ...` prints them whole.
+        import warnings
+
+        from pyopencl import CompilerWarning
+
+        warnings.filterwarnings("ignore", category=CompilerWarning)
+
     try:
         return args.run(args)
     except TriodnnError as exc:
