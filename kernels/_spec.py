@@ -52,14 +52,20 @@ def select_config(
     return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size), **device)
 
 
-_LOCAL_DECLARATION = re.compile(r"__local\s+(float|int|uint|half)(2|4|8|16)?\s+\w+\[(\d+)\]")
+# A declaration of __local arrays: the element type, then its declarators up to the semicolon
+# (pointers, ``__local float* p``, do not match: no space between type and star).
+_LOCAL_DECLARATION = re.compile(r"__local\s+(float|int|uint|half)(2|4|8|16)?\s+([^;]*);")
+_ARRAY_LENGTH = re.compile(r"\w+\s*\[(\d+)\]")
 _SCALAR_BYTES = {"float": 4, "int": 4, "uint": 4, "half": 2}
 
 
 def local_memory_bytes(source: str) -> int:
-    """Bytes of the ``__local`` arrays an OpenCL source declares (``__local TYPE name[N];``):
+    """Bytes of the ``__local`` arrays an OpenCL source declares (``__local TYPE a[N], b[M];``):
     what a work-group of its kernel takes, for checks that a tile fits the device."""
-    return sum(_SCALAR_BYTES[t] * int(w or 1) * int(n) for t, w, n in _LOCAL_DECLARATION.findall(source))
+    return sum(
+        _SCALAR_BYTES[t] * int(w or 1) * sum(int(n) for n in _ARRAY_LENGTH.findall(declarators))
+        for t, w, declarators in _LOCAL_DECLARATION.findall(source)
+    )
 
 
 VECTOR_TYPES: dict[int, str] = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}

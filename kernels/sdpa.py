@@ -535,7 +535,8 @@ def gpu_split_shape(sq: int, skv: int, d: int, dv: int, config: KernelConfig) ->
     t = GPU_SPLIT_T
     if local < 64 or _up4(d) + _up4(dv) > GPU_SPLIT_REGS:
         return None
-    budget = min(GPU_SPLIT_LOCAL_FLOATS, config.local_memory // 4)
+    # red_m and red_l, the merge's max and sum per work-item, sit beside the tile
+    budget = min(GPU_SPLIT_LOCAL_FLOATS, config.local_memory // 4 - 2 * local)
     bk = max(t, min(GPU_SPLIT_BK, 1 << max(0, skv - 1).bit_length()))
     while bk > t and _split_local_floats(t, bk, local, d, dv) > budget:
         bk //= 2

@@ -24,12 +24,16 @@ GPU_32K = KernelConfig(vector_width=1, local_size=256, local_memory=MIN_LOCAL_ME
 GPU_48K = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)
 
 MATMUL_SHAPES = [(8, 64, 1000), (64, 64, 64), (300, 300, 300), (1024, 1024, 1024), (6, 200, 4096), (2000, 17, 513)]
-SDPA_SHAPES = [(16, 64, 64, 64), (128, 128, 64, 64), (64, 64, 128, 128), (64, 32, 256, 256), (40, 40, 512, 512)]
+# (64, 64, 40, 80): the split kernel's K/V tile alone takes exactly 32 KiB; its merge arrays
+# (2 x 256 floats) come on top.
+SDPA_SHAPES = [(16, 64, 64, 64), (128, 128, 64, 64), (64, 64, 128, 128), (64, 32, 256, 256), (40, 40, 512, 512),
+               (64, 64, 40, 80)]
 
 
 def test_local_memory_bytes_reads_declarations():
-    source = "__local float16 bp[64];\n__local float* const p = (__local float*)bp;\n__local float4 t[3]; __local float r[5];"
-    assert local_memory_bytes(source) == 64 * 64 + 3 * 16 + 5 * 4
+    source = ("__local float16 bp[64];\n__local float* const p = (__local float*)bp;\n"
+              "__local float4 t[3]; __local float r[5], q[7];")
+    assert local_memory_bytes(source) == 64 * 64 + 3 * 16 + 5 * 4 + 7 * 4
 
 
 def matmul_source(m, n, k, config, **kwargs) -> str:
