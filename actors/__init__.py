@@ -6,7 +6,7 @@ and completions come back through event callbacks and the completion actor.
 """
 
 from ._completion import CompletionActor
-from ._devices import DeviceRecord, describe_device, device_kind, float16_calls_split, known_float16_split, list_devices
+from ._devices import DeviceRecord, describe_device, device_kind, float16_calls_split, list_devices
 from ._engine_actor import BuildRequest, BuiltKernel, EngineActor
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
 from ._primitive_cache import (
@@ -46,7 +46,6 @@ __all__ = [
     "choose_out_of_order_strategy",
     "describe_device",
     "float16_calls_split",
-    "known_float16_split",
     "device_kind",
     "list_devices",
 ]

@@ -90,11 +90,6 @@ def _device_key(device: cl.Device) -> tuple[str, ...]:
     return (device.platform.name, device.platform.version, device.name, device.driver_version)
 
 
-def known_float16_split(device: cl.Device) -> bool | None:
-    """``float16_calls_split``'s answer for this device if this process has it, else None."""
-    return _float16_split.get(_device_key(device))
-
-
 def float16_calls_split(device: cl.Device) -> bool:
     """Whether kernels must pass float16 to built-ins as float8 halves on this CPU device.
 

@@ -60,14 +60,13 @@ FLOAT_DTYPES: tuple[str, ...] = ("f32", "bf16", "f16")
 CPU_SHAPES = {1: (16, 8), 2: (8, 4)}  # rv -> (keys per block, Dv columns per group)
 
 
-def cpu_row_vectors(sq: int, d: int = 0, dv: int = 0, local_memory: int | None = None) -> int:
+def cpu_row_vectors(sq: int, d: int, dv: int, local_memory: int) -> int:
     """Float16 vectors of query rows per work-item: 2, or 1 where Sq <= 16 or where two would
     not fit ``local_memory`` (Q^T and O take 64 bytes per row vector and column); 0 where not
     even one fits, and the GPU kernels take the problem."""
     rv = 1 if sq <= 16 else 2
-    if local_memory is not None:
-        while rv > 0 and 64 * rv * (d + dv) > local_memory:
-            rv -= 1
+    while rv > 0 and 64 * rv * (d + dv) > local_memory:
+        rv -= 1
     return rv
 
 

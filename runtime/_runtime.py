@@ -26,7 +26,6 @@ from .actors import (
     float16_calls_split,
     global_compiled_partition_cache,
     global_primitive_cache,
-    known_float16_split,
     list_devices,
 )
 
@@ -121,9 +120,7 @@ class Runtime:
         facts = describe_device(device)
         split = False
         if facts["type"] == "cpu":  # CPU-shaped kernels pass float16 vectors to built-ins
-            split = known_float16_split(device)
-            if split is None:
-                split = await trio.to_thread.run_sync(float16_calls_split, device)
+            split = await trio.to_thread.run_sync(float16_calls_split, device)
         info = DeviceInfo(**facts, splits_float16_calls=split)
         strategy = choose_out_of_order_strategy(
             vendor=info.vendor,
