@@ -92,7 +92,7 @@ def test_bad_shapes_name_the_argument(build, error, match):
 
 
 async def test_non_f32_is_unsupported_and_caches_nothing(engine):
-    """f16 src and weights are fine (tests/test_dtypes_more.py); a post-op operand must be f32."""
+    """f16 src and weights are fine (tests/primitives/test_dtypes_more.py); a post-op operand must be f32."""
     before = triodnn.primitive_cache_statistics()
     desc = MatmulDesc(MemoryDesc((4, 5), "f16"), MemoryDesc((5, 3), "f16"),
                       post_ops=(("binary", "add", MemoryDesc((4, 3), "f16")),))

@@ -14,7 +14,7 @@ from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc, StreamFlags
 from triodnn import _trace
 from triodnn._cli import main
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "graphs").glob("*.json"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "graphs").glob("*.json"))
 EPS = 0.002  # µs: ts and dur are each rounded to the nanosecond
 
 REQUIRED = {

@@ -360,7 +360,7 @@ def _soak_module():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "soak_graph.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "soak_graph.py"
     spec = importlib.util.spec_from_file_location("soak_graph", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

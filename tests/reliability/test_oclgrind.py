@@ -9,7 +9,7 @@ what the device itself selects). A case fails on any Oclgrind report, on a segfa
 mismatch with the numpy references the primitive tests already check.
 
 Default run (the ``oclgrind`` marker): a small subset, one test per primitive kind, both shapes.
-Full sweep: ``TRIODNN_OCLGRIND_FULL=1 python -m pytest -m oclgrind tests/test_oclgrind.py``.
+Full sweep: ``TRIODNN_OCLGRIND_FULL=1 python -m pytest -m oclgrind tests/reliability/test_oclgrind.py``.
 
 What the subprocess changes, all for the simulator (it is not thread-safe):
 - kernel builds are serialised (two concurrent ``clBuildProgram`` crash Oclgrind);
@@ -17,7 +17,7 @@ What the subprocess changes, all for the simulator (it is not thread-safe):
   uninitialised scratch buffers, off the trio thread, concurrently with the streams' queues).
 ``OCLGRIND_UNINITIALIZED`` stays off unless ``TRIODNN_OCLGRIND_UNINITIALIZED=1``: Oclgrind 21.10's
 plugin segfaults in ``MemoryPool::alloc`` on any host write or program load from a thread other
-than the main one, and triodnn builds and waits in worker threads. ``tests/oclgrind_direct.py``
+than the main one, and triodnn builds and waits in worker threads. ``tests/reliability/oclgrind_direct.py``
 runs the kernels without the runtime, from the main thread, for that check (RELIABILITY.md).
 """
 
@@ -35,7 +35,7 @@ import triodnn
 
 pytestmark = pytest.mark.oclgrind
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("TRIODNN_OCLGRIND_FULL") == "1"
 
 
@@ -87,42 +87,42 @@ REPORT_START = re.compile(
 
 # One representative test per primitive kind, on small shapes (all its parametrizations).
 SUBSET = [
-    "tests/test_eltwise.py::test_algorithm_on_every_path",
-    "tests/test_binary.py::test_all_algorithms",
-    "tests/test_softmax.py::test_algorithm_on_every_path",
-    "tests/test_reduction.py::test_algorithm_on_every_shape",
-    "tests/test_reorder.py::test_layout_changes",
-    "tests/test_sum_concat.py::test_sum_strided_and_transposed_inputs",
-    "tests/test_pooling.py::test_algorithm_on_every_case",
-    "tests/test_normalization.py::test_layer_norm",
-    "tests/test_normalization.py::test_group_norm",
-    "tests/test_matmul.py::test_matches_numpy_exactly",
-    "tests/test_convolution.py::test_matches_reference_exactly",
-    "tests/test_sdpa.py::test_matches_reference",
+    "tests/primitives/test_eltwise.py::test_algorithm_on_every_path",
+    "tests/primitives/test_binary.py::test_all_algorithms",
+    "tests/primitives/test_softmax.py::test_algorithm_on_every_path",
+    "tests/primitives/test_reduction.py::test_algorithm_on_every_shape",
+    "tests/primitives/test_reorder.py::test_layout_changes",
+    "tests/primitives/test_sum_concat.py::test_sum_strided_and_transposed_inputs",
+    "tests/primitives/test_pooling.py::test_algorithm_on_every_case",
+    "tests/primitives/test_normalization.py::test_layer_norm",
+    "tests/primitives/test_normalization.py::test_group_norm",
+    "tests/primitives/test_matmul.py::test_matches_numpy_exactly",
+    "tests/primitives/test_convolution.py::test_matches_reference_exactly",
+    "tests/primitives/test_sdpa.py::test_matches_reference",
 ]
 
 FULL_FILES = [
-    "tests/test_eltwise.py",
-    "tests/test_binary.py",
-    "tests/test_matmul.py",
-    "tests/test_matmul_blocks.py",
-    "tests/test_matmul_gpu_kernel.py",
-    "tests/test_softmax.py",
-    "tests/test_reduction.py",
-    "tests/test_reorder.py",
-    "tests/test_sum_concat.py",
-    "tests/test_pooling.py",
-    "tests/test_normalization.py",
-    "tests/test_norm_vector.py",
-    "tests/test_convolution.py",
-    "tests/test_sdpa.py",
-    "tests/test_post_ops.py",
-    "tests/test_post_ops_kinds.py",
-    "tests/test_dtypes.py",
-    "tests/test_dtypes_more.py",
-    "tests/test_gpu_shaped_kernels.py",
-    "tests/test_graph_ops.py",
-    "tests/test_graph.py",
+    "tests/primitives/test_eltwise.py",
+    "tests/primitives/test_binary.py",
+    "tests/primitives/test_matmul.py",
+    "tests/kernels/test_matmul_blocks.py",
+    "tests/kernels/test_matmul_gpu_kernel.py",
+    "tests/primitives/test_softmax.py",
+    "tests/primitives/test_reduction.py",
+    "tests/primitives/test_reorder.py",
+    "tests/primitives/test_sum_concat.py",
+    "tests/primitives/test_pooling.py",
+    "tests/primitives/test_normalization.py",
+    "tests/primitives/test_norm_vector.py",
+    "tests/primitives/test_convolution.py",
+    "tests/primitives/test_sdpa.py",
+    "tests/primitives/test_post_ops.py",
+    "tests/primitives/test_post_ops_kinds.py",
+    "tests/primitives/test_dtypes.py",
+    "tests/primitives/test_dtypes_more.py",
+    "tests/kernels/test_gpu_shaped_kernels.py",
+    "tests/graph/test_graph_ops.py",
+    "tests/graph/test_graph.py",
 ]
 
 

@@ -28,7 +28,7 @@ from triodnn.graph import (
 )
 from triodnn.graph._driver import make_inputs, run_graph
 
-PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "graphs" / "public"
+PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 PUBLIC_CASES = sorted(PUBLIC.glob("*.json")) if PUBLIC.is_dir() else []
 # Small enough to run op by op (many partitions: a real DAG) in the suite's time budget.
 DEBUG_NAMES = {

@@ -6,7 +6,7 @@ L from 32 to 256 as the row needs): work-items stride over the row, partial max/
 local-memory tree with barriers; rows of at most 32 elements per work-item stay in registers
 (``r{n}`` in the impl), longer ones are re-read each pass. Shorter rows, and strided axes over
 thousands of side-by-side rows, keep one work-item per row (``ocl:row:v1``). The engine's
-configuration is a private field, set here as tests/test_dtypes_more.py does; it is part of the
+configuration is a private field, set here as tests/primitives/test_dtypes_more.py does; it is part of the
 primitive cache key, so these primitives never share an entry with the device's own.
 
 The accuracy tests hold a row of one dominant element and many tiny terms: each ``exp`` of the

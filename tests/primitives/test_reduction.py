@@ -126,7 +126,7 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("which", ["src", "dst"])
 def test_non_f32_is_supported(which):
-    """Any storage type, f32 math (run in tests/test_dtypes_more.py): nothing to refuse by dtype."""
+    """Any storage type, f32 math (run in tests/primitives/test_dtypes_more.py): nothing to refuse by dtype."""
     src = MemoryDesc((4, 5), "s32" if which == "src" else "f32")
     dst = MemoryDesc((4, 1), "s32" if which == "dst" else "f32")
     desc = ReductionDesc("sum", src, dst)

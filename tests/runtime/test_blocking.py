@@ -13,7 +13,7 @@ from triodnn import EltwiseDesc, MemoryDesc
 from triodnn.graph import Tensor, load
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 
 
 def test_primitives_from_sync_code():

@@ -1,5 +1,5 @@
 """Post-op chains and ``output_scale`` on convolution, softmax and the normalizations, and
-``output_scale`` on matmul (whose post-ops tests/test_post_ops.py covers).
+``output_scale`` on matmul (whose post-ops tests/primitives/test_post_ops.py covers).
 
 Each chain has an eltwise (a transcendental where the threshold allows), a sum with a scale
 (dst filled beforehand, so the kernel must read it before its store) and a binary post-op with a

@@ -139,7 +139,7 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("which", ["src", "dst"])
 def test_non_f32_is_supported(which):
-    """Any storage type with f32 math (run in tests/test_dtypes_more.py): no dtype is refused."""
+    """Any storage type with f32 math (run in tests/primitives/test_dtypes_more.py): no dtype is refused."""
     geo = dict(kernel=2, strides=2, padding_l=0)
     src = MemoryDesc((1, 2, 4, 4), "f16" if which == "src" else "f32")
     dst = MemoryDesc((1, 2, 2, 2), "f16" if which == "dst" else "f32")

@@ -119,7 +119,7 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("which", ["src", "dst"])
 async def test_non_f32_is_unsupported(which, engine):
-    """An f16 src or dst is fine (tests/test_dtypes_more.py); a post-op operand must be f32."""
+    """An f16 src or dst is fine (tests/primitives/test_dtypes_more.py); a post-op operand must be f32."""
     f32, f16 = MemoryDesc((4, 5)), MemoryDesc((4, 5), "f16")
     chain = (("binary", "add", f16),)
     desc = (SoftmaxDesc("softmax", f16, f32, post_ops=chain) if which == "src"

@@ -12,7 +12,7 @@ import triodnn
 from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, StreamFlags
 from triodnn.graph import ROW_MAJOR, Graph, LogicalTensor, Op, Tensor, from_dict, load, to_dict
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "graphs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 
 
 def f32(i, shape, **kw):

@@ -187,7 +187,7 @@ def test_bad_inputs_name_the_argument(build, error, match):
 
 
 async def test_non_f32_is_unsupported(engine):
-    """f16 src and weights are fine (tests/test_dtypes_more.py); a post-op operand must be f32."""
+    """f16 src and weights are fine (tests/primitives/test_dtypes_more.py); a post-op operand must be f32."""
     desc = ConvolutionDesc(MemoryDesc((1, 2, 5, 5), "f16"), MemoryDesc((3, 2, 3, 3), "f16"),
                            post_ops=(("binary", "mul", MemoryDesc((1, 3, 1, 1), "f16")),))
     with pytest.raises(triodnn.UnsupportedError, match="post_op_0_src1 has dtype 'f16'"):

@@ -135,7 +135,7 @@ def test_sum_bad_arguments_name_the_argument(build, error, match):
 
 
 async def test_sum_of_f16_runs(engine):
-    """Non-f32 storage is supported (tests/test_dtypes.py covers the data types)."""
+    """Non-f32 storage is supported (tests/primitives/test_dtypes.py covers the data types)."""
     desc = SumDesc((MemoryDesc((4,), "f16"), MemoryDesc((4,), "f16")))
     arrays = [np.array([0.5, -1.0, 2.0, 3.0], np.float16)] * 2
     got = await run(engine, desc, arrays)
@@ -230,7 +230,7 @@ def test_concat_bad_arguments_name_the_argument(build, error, match):
 
 
 async def test_concat_converts_an_s32_source_to_f32(engine):
-    """Non-f32 storage is supported (tests/test_dtypes.py covers the data types)."""
+    """Non-f32 storage is supported (tests/primitives/test_dtypes.py covers the data types)."""
     desc = ConcatDesc((MemoryDesc((2, 3), "f32"), MemoryDesc((2, 3), "s32")), 0)
     a, b = np.full((2, 3), 0.5, np.float32), np.arange(6, dtype=np.int32).reshape(2, 3)
     got = await run(engine, desc, [a, b])

@@ -13,7 +13,7 @@ import pytest
 from triodnn._cli import main
 from triodnn.graph._driver import run_case
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "graphs" / "public"
 PUBLIC_CASES = sorted(PUBLIC.glob("*.json")) if PUBLIC.is_dir() else []
 EXAMPLES = sorted((ROOT / "examples" / "graphs").glob("*.json"))

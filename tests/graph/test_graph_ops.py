@@ -24,7 +24,7 @@ from triodnn.graph._shape_inference import (
     spatial_geometry,
 )
 
-PUBLIC_GRAPHS = Path(__file__).resolve().parents[1].parent / "shared" / "graphs" / "public"
+PUBLIC_GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 INT64_MIN = -(2**63)
 
 CONV_NCX = {"strides": [1, 1], "pads_begin": [0, 0], "pads_end": [0, 0], "dilations": [1, 1],

@@ -1,5 +1,5 @@
 """Storage data types for matmul, softmax, reduction, pooling, the normalizations, convolution and
-reorder's boolean ("f32 math, any storage", as tests/test_dtypes.py for eltwise, binary, sum and
+reorder's boolean ("f32 math, any storage", as tests/primitives/test_dtypes.py for eltwise, binary, sum and
 concat).
 
 Each argument has its own data type; kernels load into f32, compute in f32 and store with dst's

@@ -9,8 +9,8 @@ odd sizes, strided and broadcast operands, float16 and bf16 storage), it generat
 with the CPU-shaped and GPU-shaped configurations at the OpenCL minimum of local memory, fills
 every buffer from the host (so any report is the kernel reading memory it never wrote: private
 accumulators, local tiles, padding) and launches it on the Oclgrind device, all on the main
-thread. ``tests/test_oclgrind.py::test_uninitialized_reads`` runs it in a subprocess and fails on
-any report. Usage: ``python tests/oclgrind_direct.py cpu|gpu [INDEX ...]``.
+thread. ``tests/reliability/test_oclgrind.py::test_uninitialized_reads`` runs it in a subprocess and fails on
+any report. Usage: ``python tests/reliability/oclgrind_direct.py cpu|gpu [INDEX ...]``.
 """
 
 from __future__ import annotations

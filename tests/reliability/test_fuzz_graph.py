@@ -8,7 +8,7 @@ or a crash.
 
 The default suite runs few examples per property (the file takes a few seconds);
 ``TRIODNN_FUZZ_EXAMPLES=N`` runs N per property. Inputs that once broke the property live in
-``tests/fuzz_corpus/*.json`` and run as explicit regression tests.
+``tests/reliability/fuzz_corpus/*.json`` and run as explicit regression tests.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import triodnn
 from triodnn.graph import Graph, LogicalTensor, Op, from_dict, load, to_dict
 from triodnn.graph._op_schema import OP_SCHEMAS
 
-PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "graphs" / "public"
+PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 EXAMPLES = int(os.environ.get("TRIODNN_FUZZ_EXAMPLES", "100"))
 
