@@ -21,8 +21,8 @@ import attrs
 import pyopencl as cl
 import trio
 
-from .._errors import BuildError, ClosedError, ExecutionError, InvalidArgumentError, TriodnnError
-from ..kernels import local_memory_bytes, program_source
+from .._values._errors import BuildError, ClosedError, ExecutionError, InvalidArgumentError, TriodnnError
+from ..kernels import generate, local_memory_bytes, program_source
 from ._program_binary import program_binary
 from ._reply import ReplySlot
 
@@ -288,7 +288,7 @@ class EngineActor:
 
     def _build_in_thread(self, request: BuildRequest) -> BuiltKernel:
         started = time.perf_counter()
-        spec = request.desc.generate(request.config)
+        spec = generate(request.desc, request.config)
         needed = local_memory_bytes(spec.source)
         offered = int(self.device.local_mem_size)
         if needed > offered:

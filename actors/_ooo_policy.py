@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._values._errors import InvalidArgumentError
 
 DEFAULT_LANES = 8
 _OUT_OF_ORDER_EXEC_MODE_ENABLE = 1  # CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import attrs
 import trio
 
-from .._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
+from .._values._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
 
 DEFAULT_CAPACITY = 1024
 CAPACITY_ENV_VARS = (

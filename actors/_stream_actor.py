@@ -18,7 +18,7 @@ import threading
 import pyopencl as cl
 import trio
 
-from .._errors import ClosedError, DependencyError, ExecutionError
+from .._values._errors import ClosedError, DependencyError, ExecutionError
 from ._completion import QueueWaiter
 from ._submission import Submission
 

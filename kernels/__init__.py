@@ -20,9 +20,15 @@ from . import (
     tolerance,
 )
 from ._float16_calls import program_source
+from ._registry import KERNELS, KernelKind, generate, kind_of, register
 from ._spec import KernelConfig, KernelSpec, c_float, dense_strides, is_dense, local_memory_bytes, select_config
 
 __all__ = [
+    "KERNELS",
+    "KernelKind",
+    "generate",
+    "kind_of",
+    "register",
     "KernelConfig",
     "KernelSpec",
     "binary",

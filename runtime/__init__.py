@@ -11,7 +11,7 @@
 from . import ocl_interop, trace
 from ._blocking import Blocking, BlockingPortal, start_blocking
 from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
-from ._errors import (
+from ._values._errors import (
     ArgumentMismatchError,
     BuildError,
     CacheBlobError,
@@ -37,7 +37,7 @@ from ._compiled_partition_cache import (
 )
 from ._event import Event, ProfilingTimes
 from ._memory import Memory
-from ._memory_desc import MemoryDesc
+from ._values._memory_desc import MemoryDesc
 from ._primitive import Primitive
 from ._pool_norm_desc import (
     BatchNormInferenceDesc,
@@ -60,7 +60,7 @@ from ._reorder_desc import ReorderDesc
 from ._sdpa_desc import SdpaDesc
 from ._gen_index_desc import GenIndexDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
-from ._primitive_key import PrimitiveImpl, PrimitiveKey
+from ._values._keys import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
 

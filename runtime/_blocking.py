@@ -25,7 +25,7 @@ import threading
 
 import trio
 
-from ._errors import ClosedError, InvalidArgumentError
+from ._values._errors import ClosedError, InvalidArgumentError
 
 
 class BlockingPortal:

@@ -17,10 +17,10 @@ import struct
 
 import attrs
 
-from ._errors import CacheBlobError
+from ._values._errors import CacheBlobError
 from ._convolution_desc import ConvolutionDesc
 from ._matmul_desc import MatmulDesc
-from ._memory_desc import MemoryDesc
+from ._values._memory_desc import MemoryDesc
 from ._pool_norm_desc import (
     BatchNormInferenceDesc,
     GroupNormDesc,
@@ -34,7 +34,7 @@ from ._reorder_desc import ReorderDesc
 from ._sdpa_desc import SdpaDesc
 from ._gen_index_desc import GenIndexDesc
 from ._sum_concat_desc import ConcatDesc, SumDesc
-from ._primitive_key import PrimitiveImpl, PrimitiveKey
+from ._values._keys import PrimitiveImpl, PrimitiveKey
 from .kernels import KernelConfig, KernelSpec
 
 MAGIC = b"TRIODNN-PRIMITIVE-CACHE-BLOB\n"

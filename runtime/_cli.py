@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     graph.set_defaults(run=_graph)
     args = parser.parse_args(argv)
-    from ._errors import TriodnnError
+    from ._values._errors import TriodnnError
 
     if not sys.warnoptions:
         # The command owns its process: kernel build logs (PoCL on AMD Zen 4 warns on every

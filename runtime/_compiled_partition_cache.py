@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._engine import Engine
-from ._errors import InvalidArgumentError
+from ._values._errors import InvalidArgumentError
 from .actors import CompiledPartitionCacheStatistics, global_compiled_partition_cache
 
 if TYPE_CHECKING:

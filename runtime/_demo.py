@@ -16,7 +16,7 @@ import numpy as np
 import trio
 
 from ._primitive_desc import BinaryDesc, EltwiseDesc
-from ._memory_desc import MemoryDesc
+from ._values._memory_desc import MemoryDesc
 from ._runtime import open_runtime
 from ._stream import StreamFlags
 from .kernels import binary, eltwise, tolerance

@@ -11,9 +11,9 @@ import numpy as np
 import pyopencl as cl
 import trio
 
-from ._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
+from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
 from ._memory import Memory
-from ._memory_desc import MemoryDesc
+from ._values._memory_desc import MemoryDesc
 from ._primitive import Primitive
 from ._reorder_desc import CrossEngineReorder, CrossEngineReorderDesc, ReorderDesc
 from ._stream import Stream, StreamFlags
@@ -21,7 +21,7 @@ from . import _cache_blob
 from . import _trace
 from . import _verbose as verbose
 from ._version import __version__
-from ._primitive_key import PrimitiveImpl, PrimitiveKey
+from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
 from .actors import BuildRequest, EngineActor
 from .kernels import KernelConfig, select_config
 
@@ -29,53 +29,6 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
 
 ENGINE_KINDS = ("cpu", "gpu", "any")
-
-
-@attrs.frozen
-class DeviceInfo:
-    """What triodnn knows of a device, read once when the engine opens."""
-
-    name: str
-    vendor: str
-    platform: str
-    platform_version: str
-    driver: str
-    version: str
-    type: str
-    max_compute_units: int
-    max_work_group_size: int
-    global_mem_size: int
-    local_mem_size: int
-    queue_properties: int
-    single_fp_config: int
-    extensions: tuple[str, ...] = attrs.field(repr=False)
-    # Built-ins take float16 arguments as float8 halves (PoCL 3.0 on AMD Zen 4: see
-    # triodnn.kernels._float16_calls); probed at engine open, for CPU devices.
-    splits_float16_calls: bool = False
-
-
-@attrs.frozen(cache_hash=True)
-class DeviceIdentity:
-    """The device as cache keys see it: compiled code is valid for any context of this identity."""
-
-    platform: str
-    platform_version: str
-    device: str
-    vendor: str
-    driver: str
-    type: str
-
-    @classmethod
-    def of(cls, info: DeviceInfo) -> DeviceIdentity:
-        return cls(info.platform, info.platform_version, info.name, info.vendor, info.driver, info.type)
-
-
-@attrs.frozen(cache_hash=True)
-class EngineIdentity:
-    """Device identity plus the OpenCL context: what per-engine resources are keyed on."""
-
-    device: DeviceIdentity
-    context: int
 
 
 @attrs.define(eq=False)

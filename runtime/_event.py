@@ -6,7 +6,7 @@ import attrs
 import pyopencl as cl
 import trio
 
-from ._errors import ClosedError, ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
+from ._values._errors import ClosedError, ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
 from .actors import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import InvalidArgumentError, UnsupportedError
-from ._memory_desc import MemoryDesc
+from ._values._errors import InvalidArgumentError, UnsupportedError
+from ._values._memory_desc import MemoryDesc
 from ._primitive_desc import _memory_desc
 from ._reduction_desc import _to_axis
 from .kernels import KernelConfig, KernelSpec

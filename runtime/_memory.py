@@ -9,9 +9,9 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
-from ._dtypes import from_storage, to_storage
-from ._errors import ArgumentMismatchError, ClosedError
-from ._memory_desc import MemoryDesc, strides_for_tag
+from ._values._dtypes import from_storage, to_storage
+from ._values._errors import ArgumentMismatchError, ClosedError
+from ._values._memory_desc import MemoryDesc, strides_for_tag
 
 if TYPE_CHECKING:
     from ._engine import Engine

@@ -23,8 +23,8 @@ import operator
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._values._memory_desc import MemoryDesc
 from ._primitive_desc import AnyStorage, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from . import _post_op_chain

@@ -23,8 +23,8 @@ from typing import Callable
 import attrs
 import numpy as np
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError
+from ._values._memory_desc import MemoryDesc
 from .kernels import _post_ops as post_op_kernels
 from .kernels import KernelSpec
 from .kernels import eltwise as eltwise_kernels

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pyopencl as cl
 
-from ._errors import (
+from ._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
     InvalidArgumentError,
@@ -48,7 +48,7 @@ class Primitive:
         """This primitive's implementation as bytes, for ``engine.create_primitive_from_cache_blob``
         in this or another process, on an engine of the same device."""
         from . import _cache_blob
-        from ._errors import CacheBlobError
+        from ._values._errors import CacheBlobError
         from ._version import __version__
 
         if not _cache_blob.serializable(self._entry.key):

@@ -6,8 +6,8 @@ import math
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._values._memory_desc import MemoryDesc
 from . import _post_op_chain
 from .kernels import _dtype_io
 from .kernels import _post_ops as post_op_kernels

@@ -10,8 +10,8 @@ import operator
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError
+from ._values._memory_desc import MemoryDesc
 from ._primitive_desc import AnyStorage, _memory_desc
 from . import _post_op_chain
 from .kernels import _post_ops as post_op_kernels

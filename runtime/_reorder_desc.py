@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
-from ._errors import (
+from ._values._errors import (
     ArgumentMismatchError,
     CacheBlobError,
     EngineMismatchError,
@@ -17,7 +17,7 @@ from ._errors import (
     UnsupportedError,
 )
 from ._memory import Memory
-from ._memory_desc import MemoryDesc
+from ._values._memory_desc import MemoryDesc
 from ._primitive import Primitive
 from ._primitive_desc import _memory_desc
 from .kernels import KernelConfig, KernelSpec

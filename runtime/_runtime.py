@@ -13,7 +13,7 @@ import trio
 
 from . import _verbose as verbose
 from ._engine import ENGINE_KINDS, DeviceInfo, Engine
-from ._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._stream import Stream, StreamFlags, check_flags
 from .actors import (
     CacheActor,

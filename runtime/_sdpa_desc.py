@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._values._memory_desc import MemoryDesc
 from ._primitive_desc import AnyStorage, _memory_desc
 from .kernels import KernelConfig, KernelSpec
 from .kernels import sdpa as sdpa_kernels

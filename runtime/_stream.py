@@ -12,7 +12,7 @@ import pyopencl as cl
 
 from . import _trace
 from . import _verbose as verbose
-from ._errors import (
+from ._values._errors import (
     ArgumentMismatchError,
     ClosedError,
     EngineMismatchError,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
-from ._memory_desc import MemoryDesc
+from ._values._errors import ArgumentMismatchError, InvalidArgumentError
+from ._values._memory_desc import MemoryDesc
 from ._primitive_desc import AnyStorage, _finite_float, _float_key, _memory_desc
 from ._reduction_desc import _to_axis
 from .kernels import KernelConfig, KernelSpec

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pyopencl as cl
 
-from ._errors import TriodnnError
+from ._values._errors import TriodnnError
 from ._event import Event
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ def _descs(desc) -> str:
 
 
 def _is_memory(value) -> bool:
-    from ._memory_desc import MemoryDesc
+    from ._values._memory_desc import MemoryDesc
 
     if isinstance(value, tuple):
         return bool(value) and all(isinstance(v, MemoryDesc) for v in value)

@@ -66,7 +66,7 @@ import attrs
 import pyopencl as cl
 
 from ._engine import Engine
-from ._errors import EngineMismatchError, ExecutionError, InvalidArgumentError, TriodnnError
+from ._values._errors import EngineMismatchError, ExecutionError, InvalidArgumentError, TriodnnError
 from ._primitive import Primitive
 from ._runtime import Runtime, current_runtime
 from ._stream import Stream, StreamFlags

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from .._errors import (
+from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
     InvalidArgumentError,
 )
 from .._event import Event
 from .._memory import Memory
-from .._memory_desc import MemoryDesc
+from .._values._memory_desc import MemoryDesc
 from .._stream import Stream, StreamFlags
 from ._fusion import find_chains
 from ._sdpa_pattern import find_sdpa

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._engine import EngineIdentity
+from .._values._keys import EngineIdentity
 from ._logical_tensor import LogicalTensor
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 
 from .. import _trace
-from .._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
+from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
 from ._graph import Graph
 from ._json import from_dict
 from ._logical_tensor import LogicalTensor

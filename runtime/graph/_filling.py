@@ -46,7 +46,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .._errors import InvalidArgumentError
+from .._values._errors import InvalidArgumentError
 
 _POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._errors import InvalidGraphError
+from .._values._errors import InvalidGraphError
 from ._logical_tensor import LogicalTensor
 from ._op import Op
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from .._errors import InvalidArgumentError, InvalidGraphError
+from .._values._errors import InvalidArgumentError, InvalidGraphError
 from ._graph import Graph
 from ._logical_tensor import LogicalTensor
 from ._op import Op

@@ -8,7 +8,7 @@ layout id) is refused by name.
 
 from __future__ import annotations
 
-from .._errors import InvalidArgumentError
+from .._values._errors import InvalidArgumentError
 from ._logical_tensor import LogicalTensor, dense_strides
 
 ROW_MAJOR = 0

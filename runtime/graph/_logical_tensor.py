@@ -14,9 +14,9 @@ import operator
 
 import attrs
 
-from .._dtypes import DATA_TYPES
-from .._errors import InvalidArgumentError
-from .._memory_desc import MemoryDesc
+from .._values._dtypes import DATA_TYPES
+from .._values._errors import InvalidArgumentError
+from .._values._memory_desc import MemoryDesc
 
 UNKNOWN_DIM = -1
 # oneDNN serialises an unknown dim (DNNL_GRAPH_UNKNOWN_DIM) as INT64_MIN.

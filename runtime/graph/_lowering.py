@@ -17,10 +17,10 @@ from typing import Callable
 import attrs
 
 from .._convolution_desc import ConvolutionDesc
-from .._errors import UnsupportedError
+from .._values._errors import UnsupportedError
 from .._gen_index_desc import GenIndexDesc
 from .._matmul_desc import MatmulDesc
-from .._memory_desc import MemoryDesc
+from .._values._memory_desc import MemoryDesc
 from .._pool_norm_desc import (
     BatchNormInferenceDesc,
     GroupNormDesc,

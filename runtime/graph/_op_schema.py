@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 
-from .._errors import InvalidGraphError
+from .._values._errors import InvalidGraphError
 
 ATTR_TYPES = ("bool", "s64", "s64[]", "f32", "f32[]", "string")
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import InvalidArgumentError, ShapeInferenceError, UnsupportedError
+from .._values._errors import InvalidArgumentError, ShapeInferenceError, UnsupportedError
 from ._layouts import resolve_input_layout, resolve_output_layout
 from ._logical_tensor import LogicalTensor
 from ._op import Op

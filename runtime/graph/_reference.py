@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .. import _dtypes
-from .._errors import InvalidGraphError, UnsupportedError
+from .._values._errors import InvalidGraphError, UnsupportedError
 from ._op_schema import check_op, schema_of
 from ._shape_inference import (
     infer_output_shapes,

@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 import trio
 
-from .._errors import (
+from .._values._errors import (
     ArgumentMismatchError,
     ClosedError,
     EngineMismatchError,
@@ -49,7 +49,7 @@ from .._errors import (
     UnsupportedError,
 )
 from .._memory import Memory, _is_row_major
-from .._memory_desc import MemoryDesc
+from .._values._memory_desc import MemoryDesc
 from .._stream import Stream, check_deps
 from ._graph import Graph
 from ._layouts import resolve_input_layout, resolve_output_layout

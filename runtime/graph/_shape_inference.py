@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .._errors import ShapeInferenceError
+from .._values._errors import ShapeInferenceError
 from ._op_schema import normalize_attrs, schema_of
 
 UNKNOWN = -1

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
-from .._errors import ArgumentMismatchError, InvalidArgumentError
+from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from .._memory import Memory
 from ._logical_tensor import LogicalTensor
 

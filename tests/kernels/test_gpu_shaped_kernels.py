@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from triodnn import LayerNormDesc, MemoryDesc, RMSNormDesc, SoftmaxDesc
-from triodnn._dtypes import from_storage, to_storage
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn.kernels import KernelConfig, _dtype_io, normalization, select_config, softmax, tolerance
 
 CPU = select_config("cpu", 4096)

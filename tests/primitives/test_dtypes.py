@@ -16,7 +16,7 @@ import pytest
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc
-from triodnn._dtypes import from_storage, to_storage
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._sum_concat_desc import ConcatDesc, SumDesc
 from triodnn.kernels import _dtype_io, _post_ops, binary, concat, eltwise, select_config, tolerance
 from triodnn.kernels import sum as sum_kernels

@@ -35,7 +35,7 @@ from triodnn import (
     RMSNormDesc,
     SoftmaxDesc,
 )
-from triodnn._dtypes import from_storage, to_storage
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._reorder_desc import ReorderDesc
 from triodnn.kernels import (
     KernelConfig,

@@ -16,7 +16,7 @@ import pytest
 
 import triodnn
 from triodnn import MemoryDesc
-from triodnn._errors import ArgumentMismatchError, InvalidArgumentError
+from triodnn._values._errors import ArgumentMismatchError, InvalidArgumentError
 from triodnn._reorder_desc import ReorderDesc
 from triodnn.kernels import reorder, select_config
 

@@ -18,7 +18,7 @@ import trio.testing
 
 import triodnn
 from triodnn import MemoryDesc, ReorderDesc, StreamFlags
-from triodnn._errors import (
+from triodnn._values._errors import (
     ArgumentMismatchError,
     CacheBlobError,
     DependencyError,

@@ -18,7 +18,7 @@ import pytest
 
 import triodnn
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, UnsupportedError
-from triodnn._dtypes import from_storage, to_storage
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._sdpa_desc import SdpaDesc
 from triodnn.kernels import _dtype_io, sdpa, select_config, tolerance
 from triodnn.kernels._spec import KernelConfig, dense_strides

@@ -1,0 +1,77 @@
+"""What a kernel generator is given (the device's shape for kernels) and what it returns.
+
+Pure values, shared by the kernels (which produce ``KernelSpec``s), the actors (which build and
+launch them) and the cache keys (which include the ``KernelConfig``).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+# Bytes of __local memory per work-group that OpenCL 1.2's full profile guarantees.
+MIN_LOCAL_MEMORY = 32 * 1024
+
+
+@attrs.frozen
+class KernelConfig:
+    """How a kernel is shaped for a device: items per work-item and the work-group size.
+
+    PoCL keeps OpenCL math built-ins as calls, so on the CPU device each work-item takes a float16
+    vector to amortise them; GPUs want one element per work-item and wide work-groups for
+    coalesced access.
+
+    ``local_memory`` is the device's ``__local`` memory per work-group in bytes: generators size
+    their tiles to it. The default is the 32 KiB every full-profile OpenCL device guarantees; PoCL
+    offers 1 MiB, NVIDIA 48 KiB, Oclgrind exactly 32 KiB (where a tile asking for more fails).
+
+    ``split_float16_calls``: the device's compiler and its built-in library disagree on how a
+    float16 argument travels (see ``_float16_calls``); the program source then passes float16
+    to built-ins as float8 halves.
+    """
+
+    vector_width: int = attrs.field(validator=attrs.validators.in_((1, 2, 4, 8, 16)))
+    local_size: int = attrs.field(validator=attrs.validators.gt(0))
+    local_memory: int = attrs.field(default=MIN_LOCAL_MEMORY, validator=attrs.validators.ge(4096))
+    split_float16_calls: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+    @property
+    def name(self) -> str:
+        return f"v{self.vector_width}l{self.local_size}"
+
+
+@attrs.frozen
+class KernelSpec:
+    """One generated kernel: its source, entry point and launch geometry.
+
+    ``arg_names`` lists the memory arguments in kernel-parameter order; every other value is baked
+    into the source, so a spec runs as is, with buffers only.
+    """
+
+    source: str
+    name: str
+    arg_names: tuple[str, ...]
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+    impl: str
+
+
+def dense_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, in elements, of a tensor with ``dims``."""
+    strides = []
+    step = 1
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
+def is_dense(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when the strides cover exactly prod(dims) elements with no gap or overlap, in any order."""
+    order = sorted((s, d) for s, d in zip(strides, dims) if d != 1)
+    step = 1
+    for s, d in order:
+        if s != step:
+            return False
+        step *= d
+    return True

@@ -1,0 +1,89 @@
+"""Identities and cache keys: what makes two devices, engines or primitive creations the same."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._kernel_spec import KernelConfig, KernelSpec
+
+
+@attrs.frozen
+class DeviceInfo:
+    """What triodnn knows of a device, read once when the engine opens."""
+
+    name: str
+    vendor: str
+    platform: str
+    platform_version: str
+    driver: str
+    version: str
+    type: str
+    max_compute_units: int
+    max_work_group_size: int
+    global_mem_size: int
+    local_mem_size: int
+    queue_properties: int
+    single_fp_config: int
+    extensions: tuple[str, ...] = attrs.field(repr=False)
+    # Built-ins take float16 arguments as float8 halves (PoCL 3.0 on AMD Zen 4: see
+    # triodnn.kernels._float16_calls); probed at engine open, for CPU devices.
+    splits_float16_calls: bool = False
+
+
+@attrs.frozen(cache_hash=True)
+class DeviceIdentity:
+    """The device as cache keys see it: compiled code is valid for any context of this identity."""
+
+    platform: str
+    platform_version: str
+    device: str
+    vendor: str
+    driver: str
+    type: str
+
+    @classmethod
+    def of(cls, info: DeviceInfo) -> DeviceIdentity:
+        return cls(info.platform, info.platform_version, info.name, info.vendor, info.driver, info.type)
+
+
+@attrs.frozen(cache_hash=True)
+class EngineIdentity:
+    """Device identity plus the OpenCL context: what per-engine resources are keyed on."""
+
+    device: DeviceIdentity
+    context: int
+
+
+@attrs.frozen(cache_hash=True)
+class PrimitiveKey:
+    """Everything that decides a primitive's compiled code, and nothing per-context.
+
+    The op descriptor carries the memory descriptors and algorithm parameters; ``attr`` the
+    attributes (post-ops, scales; none yet); ``config`` the implementation's work-group and
+    vector configuration; ``device`` the device identity (platform, device, driver). The hash is
+    computed once; equality compares every field.
+    """
+
+    kind: str
+    desc: object
+    attr: tuple
+    impl: str
+    config: KernelConfig
+    engine_kind: str
+    runtime_kind: str
+    device: DeviceIdentity
+    build_options: tuple[str, ...]
+
+
+@attrs.frozen(eq=False)
+class PrimitiveImpl:
+    """A cache entry: the immutable implementation, valid in any context of its device."""
+
+    key: PrimitiveKey
+    spec: KernelSpec = attrs.field(repr=False)
+    binary: bytes = attrs.field(repr=False)
+    build_seconds: float
+
+    @property
+    def impl(self) -> str:
+        return self.spec.impl
