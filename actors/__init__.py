@@ -5,9 +5,13 @@ requests carry a reply slot. Blocking OpenCL calls (program builds, waits) run i
 and completions come back through event callbacks and the completion actor.
 """
 
+from ._allocator import DeviceAllocator
+from ._commands import Barrier, Command, KernelLaunch, Marker, ReadBuffer, WriteBuffer
+from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._completion import CompletionActor
+from ._device import DeviceActor
 from ._devices import DeviceRecord, describe_device, device_kind, float16_calls_split, list_devices
-from ._engine_actor import BuildRequest, BuiltKernel, EngineActor
+from ._kernel_cache import KernelCache
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
 from ._primitive_cache import (
     COMPILED_PARTITION_CAPACITY_ENV_VARS,
@@ -25,11 +29,13 @@ from ._submission import Submission
 from ._stream_actor import StreamActor
 
 __all__ = [
+    "Barrier",
     "BuildRequest",
     "BuiltKernel",
     "COMPILED_PARTITION_CAPACITY_ENV_VARS",
     "CacheActor",
     "CacheStatistics",
+    "Command",
     "CompiledPartitionCacheStatistics",
     "PrimitiveCache",
     "PrimitiveCacheStatistics",
@@ -37,12 +43,19 @@ __all__ = [
     "global_compiled_partition_cache",
     "global_primitive_cache",
     "CompletionActor",
+    "Compiler",
+    "DeviceActor",
+    "DeviceAllocator",
     "DeviceRecord",
-    "EngineActor",
+    "KernelCache",
+    "KernelLaunch",
+    "Marker",
     "OutOfOrderStrategy",
+    "ReadBuffer",
     "ReplySlot",
     "StreamActor",
     "Submission",
+    "WriteBuffer",
     "choose_out_of_order_strategy",
     "describe_device",
     "float16_calls_split",

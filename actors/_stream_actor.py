@@ -19,18 +19,29 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import ClosedError, DependencyError, ExecutionError
-from ._completion import QueueWaiter
+from ._commands import Barrier, Command, KernelLaunch, Marker, ReadBuffer, WriteBuffer
+from ._completion import CompletionActor, QueueWaiter
 from ._submission import Submission
-
-KERNEL, WRITE, READ, MARKER, BARRIER = range(5)
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 
 
+class _NoInstruments:
+    """Stands in for the runtime's instrument registry where none is given: no hooks."""
+
+    __slots__ = ()
+    enqueue_hooks = ()
+
+
 class StreamActor:
-    """Serves one stream. ``mode`` is ``in_order``, ``native`` (out-of-order queue) or ``lanes``."""
+    """Serves one stream. ``mode`` is ``in_order``, ``native`` (out-of-order queue) or ``lanes``.
+
+    ``completion`` is the runtime's completion actor, which events of this stream wait through;
+    ``instruments`` the runtime's instrument registry (``triodnn._instruments.INSTRUMENTS``), whose
+    ``command_enqueued`` hears of each command right after its enqueue while ``enqueue_hooks``.
+    """
 
     def __init__(
         self,
@@ -41,13 +52,18 @@ class StreamActor:
         profiling: bool,
         lanes: int = 1,
         queue: cl.CommandQueue | None = None,
+        completion: CompletionActor | None = None,
+        instruments=None,
     ) -> None:
         self.context = context
         self.device = device
         self.profiling = profiling
+        self.completion = completion
+        self._instruments = instruments if instruments is not None else _NoInstruments()
         if queue is not None:
             self.mode = "native" if queue.properties & _OOO else "in_order"
             self.queues = [queue]
+            self.profiling = bool(queue.properties & _PROFILING)  # the caller's queue decides
         else:
             props = _PROFILING if profiling else 0
             if not out_of_order:
@@ -80,10 +96,10 @@ class StreamActor:
 
     # -- requester side ---------------------------------------------------------------------
 
-    def submit(self, request: tuple) -> None:
-        """Queue a request ``(op, submission, deps, *payload)``; never blocks."""
+    def submit(self, command: Command) -> None:
+        """Queue ``command`` (a record of ``_commands``); never blocks."""
         try:
-            self._send.send_nowait(request)
+            self._send.send_nowait(command)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ClosedError("the stream is closed (its runtime has shut down)") from None
 
@@ -97,16 +113,16 @@ class StreamActor:
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self)
         try:
-            async for request in self._recv:
+            async for command in self._recv:
                 while True:
                     # Only a dependency still waiting in another stream's actor needs an await;
                     # everything else is enqueued synchronously, a whole batch per wake-up.
-                    for dep in request[2]:
+                    for dep in command.deps:
                         if isinstance(dep, Submission) and dep.pending_submit:
                             await dep.wait_submitted()
-                    self._dispatch(request)
+                    self._dispatch(command)
                     try:
-                        request = self._recv.receive_nowait()
+                        command = self._recv.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break  # EndOfChannel: closed and drained; the async for ends next
                 self._flush()
@@ -125,17 +141,17 @@ class StreamActor:
         # Anything still in the channel after a cancellation never reached OpenCL.
         while True:
             try:
-                request = self._recv.receive_nowait()
+                command = self._recv.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            request[1].set_failed(ClosedError("the stream closed before this command was enqueued"))
+            command.submission.set_failed(ClosedError("the stream closed before this command was enqueued"))
 
-    def _dispatch(self, request: tuple) -> None:
-        submission: Submission = request[1]
+    def _dispatch(self, command: Command) -> None:
+        submission = command.submission
         try:
-            wait_for = self._wait_list(request[2]) if request[2] else []
+            wait_for = self._wait_list(command.deps) if command.deps else []
             lane = self._choose_lane(wait_for) if self._lanes else 0
-            cl_event = self._enqueue(request, self.queues[lane], wait_for)
+            cl_event = self._enqueue(command, self.queues[lane], wait_for)
         except DependencyError as exc:
             submission.set_failed(exc)
             return
@@ -151,6 +167,8 @@ class StreamActor:
         self._dirty.add(lane)
         self.submitted += 1
         submission.set_submitted(cl_event, lane, self.submitted)
+        if self._instruments.enqueue_hooks:  # a trace maps device clocks by this moment
+            self._instruments.command_enqueued(command)
 
     def _wait_list(self, deps) -> list[cl.Event]:
         wait_for = []
@@ -202,37 +220,37 @@ class StreamActor:
             self._fenced[lane] = True
         return lane
 
-    def _enqueue(self, request: tuple, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
-        op = request[0]
+    def _enqueue(self, command: Command, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
+        """Enqueue ``command`` on ``queue``: the one place that decodes command records."""
+        kind = type(command)
         wait = wait_for or None
-        if op == KERNEL:
-            _, _, _, kernel, buffers, global_size, local_size = request
-            kernel.set_args(*buffers)
-            return cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size, wait_for=wait)
-        if op == WRITE:
-            _, _, _, buffer, host = request
-            cl_event = cl.enqueue_copy(queue, buffer, host, is_blocking=False, wait_for=wait)
+        if kind is KernelLaunch:  # first: nearly every command is one
+            primitive = command.primitive
+            kernel, spec = primitive._kernel, primitive.spec
+            kernel.set_args(*command.buffers)
+            return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
+        if kind is WriteBuffer:
+            cl_event = cl.enqueue_copy(queue, command.buffer, command.host, is_blocking=False, wait_for=wait)
             self._keep_copy(cl_event)
             return cl_event
-        if op == READ:
-            _, _, _, buffer, host = request
-            cl_event = cl.enqueue_copy(queue, host, buffer, is_blocking=False, wait_for=wait)
+        if kind is ReadBuffer:
+            cl_event = cl.enqueue_copy(queue, command.host, command.buffer, is_blocking=False, wait_for=wait)
             self._keep_copy(cl_event)
             return cl_event
-        if op in (MARKER, BARRIER):
-            return self._enqueue_sync_point(op, queue, wait_for)
-        raise ValueError(f"unknown stream request {op!r}")
+        if kind is Marker or kind is Barrier:
+            return self._enqueue_sync_point(kind is Barrier, queue, wait_for)
+        raise TypeError(f"unknown stream command {command!r}")
 
-    def _enqueue_sync_point(self, op: int, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
+    def _enqueue_sync_point(self, barrier: bool, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
         if self.mode == "lanes":
             others = [t for t in self._tails if t is not None and t.command_queue != queue]
             cl_event = cl.enqueue_marker(queue, wait_for=(wait_for + others) or None)
-            if op == BARRIER:
+            if barrier:
                 self._fence = [cl_event]
                 self._fenced = [False] * len(self.queues)
                 self._fenced[self.queues.index(queue)] = True
             return cl_event
-        if op == BARRIER and self.mode == "native":
+        if barrier and self.mode == "native":
             return cl.enqueue_barrier(queue, wait_for=wait_for or None)
         return cl.enqueue_marker(queue, wait_for=wait_for or None)
 

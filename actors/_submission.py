@@ -6,13 +6,17 @@ import attrs
 import pyopencl as cl
 import trio
 
+from .._values._errors import ClosedError, ExecutionError
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+
 
 @attrs.define(eq=False, slots=True)
 class Submission:
     """One command's state: waiting for the actor, enqueued (with its cl event), or failed.
 
-    The stream actor moves it forward; everyone else reads it. The public ``triodnn.Event`` derives
-    from this and adds awaiting and profiling.
+    The stream actor moves it forward; waiters record the final status (``settle``). The public
+    ``triodnn.Event`` wraps one and adds awaiting and profiling; actors only ever see this.
     """
 
     actor: object  # the StreamActor that owns the command
@@ -37,9 +41,33 @@ class Submission:
         if self._on_submit is not None:
             self._on_submit.set()
 
+    def settle(self, status: int) -> None:
+        """Record the final execution ``status`` of the enqueued command (read from OpenCL)."""
+        if status > _COMPLETE:
+            # Only reachable after the runtime closed under cancellation, queues unfinished.
+            self.set_failed(ClosedError("the runtime closed before the command completed"))
+            return
+        if status < 0:
+            # PoCL reports a failed dependency as -1 (which is also CL_DEVICE_NOT_FOUND's number),
+            # so the raw execution status is the honest thing to show.
+            self.set_failed(ExecutionError(
+                f"the command ended with execution status {status} (its device failed it, "
+                "or a command it waited for failed)"
+            ))
+        self.completed = True
+
     @property
     def pending_submit(self) -> bool:
         return self.native is None and self.failure is None
+
+    @property
+    def state(self) -> str:
+        """One word for reprs: waiting (for its stream actor), enqueued, completed or failed."""
+        if self.failure is not None:
+            return "failed"
+        if self.completed:
+            return "completed"
+        return "waiting" if self.native is None else "enqueued"
 
     async def wait_submitted(self) -> None:
         """Wait until the actor has enqueued the command or given up on it."""

@@ -344,14 +344,14 @@ async def diagnose(engine, specs) -> list[dict]:
     Each spec is built alone in a worker thread (build, kernel, warm-up launch, binaries); a
     step's stall is the longest time between heartbeat wake-ups that falls inside the step.
     Then each built program is dropped on the trio thread while another build runs in a worker
-    thread (what ``EngineActor.adopt`` does when it replaces a key's resources)."""
+    thread (what ``KernelCache.adopt`` does when it replaces a key's resources)."""
     context, device = engine.cl_context, engine.cl_device
     queue = cl.CommandQueue(context, device)
     results = []
     kept = []
     for spec in specs:
         desc = make_desc(spec)
-        kernel_spec = desc.generate(engine._config)  # the source triodnn compiles for this engine
+        kernel_spec = triodnn.kernels.generate(desc, engine._config)  # the source triodnn compiles for this engine
         phases: list[tuple[str, float, float]] = []
 
         def build_in_thread(kernel_spec=kernel_spec, desc=desc, phases=phases):
@@ -383,7 +383,7 @@ async def diagnose(engine, specs) -> list[dict]:
             results.append({"label": spec_label(spec), "phase": name, "ms": (end - start) * 1e3,
                             "max_gap_ms": _stall_inside(beat["_wakes"], start, end) * 1e3})
     for i, spec in enumerate(specs):
-        other = make_desc(("eltwise", "sigmoid", 70_000 + i)).generate(engine._config)
+        other = triodnn.kernels.generate(make_desc(("eltwise", "sigmoid", 70_000 + i)), engine._config)
         timing = {}
 
         async def release_during_build(other=other, i=i, timing=timing):

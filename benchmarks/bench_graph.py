@@ -21,7 +21,7 @@ import trio
 import _common as common
 import triodnn
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor, load
-from triodnn.graph._driver import make_inputs
+from triodnn.testing import make_inputs
 
 
 try:  # optional peer, compared on a CUDA GPU

@@ -20,7 +20,7 @@ import trio
 import _common as common
 import bench_graph
 import triodnn
-from triodnn.graph._driver import make_inputs
+from triodnn.testing import make_inputs
 
 try:  # optional peers
     import onnxruntime as ort

@@ -27,6 +27,8 @@ from typing import Iterable
 
 import numpy as np
 
+from . import _post_ops
+from ._elementwise import widen as widen
 from ._spec import c_float
 
 DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean")
@@ -171,8 +173,6 @@ def apply_post_ops_flat(
     """``_post_ops.apply_flat`` for a dst of any data type: a sum post-op reads dst's old value
     through ``dst_dtype``'s load. Binary operands are f32 (descriptors refuse others). For an f32
     dst this is ``apply_flat`` itself, so f32 kernels keep their source."""
-    from . import _post_ops  # here: _post_ops imports the generators, which import this module
-
     if dst_dtype == "f32":
         return _post_ops.apply_flat(chain, var, vec_type, access)
     vector = _post_ops.apply(
@@ -190,8 +190,6 @@ def apply_post_ops_scalar(
     chain: tuple, var: str, dst_offset: str, operand_offsets: dict[str, str], dst_dtype: str
 ) -> str:
     """``_post_ops.apply_scalar`` for a dst of any data type (see ``apply_post_ops_flat``)."""
-    from . import _post_ops
-
     if dst_dtype == "f32":
         return _post_ops.apply_scalar(chain, var, dst_offset, operand_offsets)
     return _post_ops.apply(
@@ -201,16 +199,8 @@ def apply_post_ops_scalar(
 
 
 # -- numpy references ------------------------------------------------------------------------------
-
-
-def widen(values) -> np.ndarray:
-    """User-facing ``values`` as float64, as a kernel's load sees them: integers and booleans pass
-    through float32 (so s32 beyond 2**24 rounds as the kernel's conversion does); floating values
-    are exact in f32 already, or are the caller's higher-precision data."""
-    array = np.asarray(values)
-    if array.dtype.kind in "biu":
-        array = array.astype(np.float32)
-    return array.astype(np.float64)
+# ``widen`` (user-facing values as float64, as a kernel's load sees them) lives in ``_elementwise``,
+# beneath ``_post_ops``, whose references need it too; it is re-exported above.
 
 
 def _to_bf16_values(x: np.ndarray) -> np.ndarray:

@@ -9,40 +9,30 @@ A chain is a tuple of plain tuples, applied in order to a primitive's result bef
   is an extra kernel argument named ``post_op_{i}_src1``, ``i`` its index in the chain.
 
 Generators emit ``functions(chain, types)`` once, before their kernel, and ``apply(...)`` (or
-``apply_scalar(...)``) where the value is computed. Descriptors validate chains (runtime side);
-the functions here assume a valid one.
+``apply_scalar(...)``) where the value is computed. Descriptors validate chains
+(``triodnn._values._post_ops``, which also names the operands); the functions here assume a
+valid one. ``generate_scaled`` turns a descriptor's ``output_scale`` into a leading ``linear``
+eltwise post-op, so generators know nothing of it.
 """
 
 from __future__ import annotations
 
-import string
 from typing import Callable, Mapping
 
+import attrs
 import numpy as np
 
-from . import binary as binary_kernels
-from . import eltwise as eltwise_kernels
-from ._spec import c_float
+from .._values._post_ops import BINARY_POST_OP_ALGORITHMS
+from .._values._post_ops import KINDS as KINDS
+from .._values._post_ops import arg_names as arg_names
+from .._values._post_ops import operand_name as operand_name
+from .._values._post_ops import operands as operands
+from ._elementwise import binary_expression, binary_values, eltwise_function, eltwise_values, widen
+from ._spec import KernelSpec, c_float
 
-KINDS: tuple[str, ...] = ("eltwise", "sum", "binary")
-
-# Binary post-op algorithms: every binary algorithm but the ternary select.
-BINARY_ALGORITHMS: tuple[str, ...] = tuple(
-    a for a in binary_kernels.ALGORITHMS if a not in binary_kernels.TERNARY
-)
-
-
-def operand_name(index: int) -> str:
-    return f"post_op_{index}_src1"
-
-
-def operands(chain: tuple) -> dict[str, object]:
-    """``{argument name: memory descriptor}`` of the chain's binary operands, in chain order."""
-    return {operand_name(i): op[2] for i, op in enumerate(chain) if op[0] == "binary"}
-
-
-def arg_names(chain: tuple) -> tuple[str, ...]:
-    return tuple(operands(chain))
+# Binary post-op algorithms: every binary algorithm but the ternary select (the name this module
+# has always had).
+BINARY_ALGORITHMS: tuple[str, ...] = BINARY_POST_OP_ALGORITHMS
 
 
 def params(chain: tuple) -> str:
@@ -95,7 +85,7 @@ def functions(chain: tuple, types: tuple[str, ...] = ("float",)) -> str:
             continue
         _, alg, alpha, beta = op
         for type_name in types:
-            out.append(eltwise_kernels._function(_fn_name(i, type_name), type_name, alg, alpha, beta))
+            out.append(eltwise_function(_fn_name(i, type_name), type_name, alg, alpha, beta))
     return "".join(out)
 
 
@@ -117,7 +107,7 @@ def apply(
         elif op[0] == "sum":
             lines.append(f"{var} = {var} + ({type_name})({c_float(op[1])}) * ({old_dst});")
         else:
-            expr = string.Template(binary_kernels._EXPRESSIONS[op[1]]).substitute(T=type_name)
+            expr = binary_expression(op[1], type_name)
             lines.append(
                 f"{{ const {type_name} a = {var}; const {type_name} b = {operand(operand_name(i))};"
                 f" {var} = {expr}; }}"
@@ -171,7 +161,7 @@ def reference(chain: tuple, value, old_dst=None, operands=None) -> np.ndarray:
         if op[0] == "eltwise":
             alpha = op[2] if len(op) > 2 else None  # un-normalised chains: the defaults
             beta = op[3] if len(op) > 3 else None
-            y = eltwise_kernels.reference(op[1], y, alpha=alpha, beta=beta)
+            y = eltwise_values(op[1], widen(y), alpha, beta)
         elif op[0] == "sum":
             if old_dst is None:
                 raise ValueError(f"post_ops[{i}] (sum) needs old_dst")
@@ -181,7 +171,7 @@ def reference(chain: tuple, value, old_dst=None, operands=None) -> np.ndarray:
             operand = operands.get(i, operands.get(operand_name(i)))
             if operand is None:
                 raise ValueError(f"post_ops[{i}] (binary) needs operand {operand_name(i)}")
-            y = np.broadcast_to(binary_kernels.reference(op[1], y, operand), y.shape).astype(np.float32)
+            y = np.broadcast_to(binary_values(op[1], widen(y), widen(operand)), y.shape).astype(np.float32)
         else:
             raise ValueError(f"post_ops[{i}]: unknown post-op kind {op[0]!r}")
     return y
@@ -194,5 +184,23 @@ def scaled_reference(
     chain), the product rounded to float32 as the kernels' leading ``linear`` eltwise does."""
     y = np.asarray(value, dtype=np.float32)
     if output_scale != 1.0:
-        y = eltwise_kernels.reference("linear", y, alpha=output_scale, beta=0.0)
+        y = eltwise_values("linear", widen(y), output_scale, 0.0)
     return reference(chain, y, old_dst, operands)
+
+
+def generate_scaled(
+    make_kernel: Callable[[tuple], KernelSpec], post_ops: tuple, output_scale: float
+) -> KernelSpec:
+    """``make_kernel(chain)`` for a descriptor's validated ``post_ops`` and ``output_scale``.
+
+    A scale other than 1 reaches the generator as a leading ``linear`` eltwise post-op, so the
+    generator numbers the chain's binary operands one further than the user did; the spec's
+    ``arg_names``, which bind the buffers by position, are renamed back to the user's
+    ``post_op_{i}_src1`` (the kernel source keeps the generator's parameter names).
+    """
+    if output_scale == 1.0:
+        return make_kernel(post_ops)
+    chain = (("eltwise", "linear", output_scale, 0.0),) + post_ops
+    spec = make_kernel(chain)
+    user_names = dict(zip(arg_names(chain), arg_names(post_ops)))
+    return attrs.evolve(spec, arg_names=tuple(user_names.get(name, name) for name in spec.arg_names))

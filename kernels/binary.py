@@ -1,4 +1,6 @@
-"""Binary forward: ``dst = op(src0, src1)`` with numpy broadcasting, generator beside its source.
+"""Binary forward: ``dst = op(src0, src1)`` with numpy broadcasting, the generator of ``BinaryDesc``
+and its reference. The algorithms' OpenCL C and numpy formulas live in ``_elementwise``, which
+post-op chains of every kind share.
 
 Shapes are aligned from the right, as numpy does; a dimension of 1 broadcasts. Three code paths:
 all tensors dense with one layout (flat, vectorised), ``src1`` (or ``src2``) a single value
@@ -19,112 +21,54 @@ storage loads and stores element by element but keeps the vectorised math of the
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 
-from . import _dtype_io
+from .._values._algorithms import COMPARISONS as COMPARISONS
+from .._values._algorithms import TERNARY as TERNARY
+from .._values._algorithms import broadcast_dims as broadcast_dims
+from .._values._algorithms import BINARY_ALGORITHMS
+from .._values._binary_desc import BinaryDesc
+from . import _dtype_io, _elementwise, _post_ops
+from ._elementwise import EXACT as EXACT
+from ._elementwise import binary_expression
+from ._post_ops import aligned_strides
+from ._registry import register
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
-# In terms of ``a``, ``b`` (and ``cond``, select's condition) of type ``$T``. min/max as ternaries:
-# fmin/fmax stay calls on PoCL. NaN handling differs from numpy's. Comparisons select between
-# typed constants: a vector comparison yields -1/0 integers, and a ternary on vectors wants both
-# results of the vector type.
-_EXPRESSIONS: dict[str, str] = {
-    "add": "a + b",
-    "sub": "a - b",
-    "mul": "a * b",
-    "div": "a / b",
-    "min": "b < a ? b : a",
-    "max": "b > a ? b : a",
-    "ge": "a >= b ? ($T)(1.0f) : ($T)(0.0f)",
-    "gt": "a > b ? ($T)(1.0f) : ($T)(0.0f)",
-    "le": "a <= b ? ($T)(1.0f) : ($T)(0.0f)",
-    "lt": "a < b ? ($T)(1.0f) : ($T)(0.0f)",
-    "eq": "a == b ? ($T)(1.0f) : ($T)(0.0f)",
-    "ne": "a != b ? ($T)(1.0f) : ($T)(0.0f)",
-    "select": "cond != ($T)(0.0f) ? a : b",
-}
+# The algorithms the kernels implement are exactly the descriptors' vocabulary.
+if _elementwise.BINARY_ALGORITHMS != BINARY_ALGORITHMS:
+    raise RuntimeError(
+        f"binary kernels implement {_elementwise.BINARY_ALGORITHMS}, descriptors know {BINARY_ALGORITHMS}"
+    )
 
-ALGORITHMS: tuple[str, ...] = tuple(_EXPRESSIONS)
-
-COMPARISONS: frozenset[str] = frozenset({"ge", "gt", "le", "lt", "eq", "ne"})
-
-# Algorithms taking the third input src2.
-TERNARY: frozenset[str] = frozenset({"select"})
-
-# Algorithms whose result is 0, 1 or an operand bit for bit: compared exactly.
-EXACT: frozenset[str] = COMPARISONS | TERNARY
+# The names this module has always had (tests use them).
+ALGORITHMS = BINARY_ALGORITHMS
 
 
-def broadcast_dims(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """The numpy broadcast of ``shapes``; ValueError when they do not broadcast."""
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast") from None
-
-
-def _aligned_strides(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    """Strides of a tensor right-aligned to ``ndims`` dimensions, 0 where it broadcasts."""
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
-
-
-def _expression(alg: str, type_name: str) -> str:
-    return string.Template(_EXPRESSIONS[alg]).substitute(T=type_name)
-
-
-def generate(
-    alg: str,
-    *,
-    src0_dims: tuple[int, ...],
-    src0_strides: tuple[int, ...],
-    src1_dims: tuple[int, ...],
-    src1_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    src2_dims: tuple[int, ...] | None = None,
-    src2_strides: tuple[int, ...] | None = None,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src0_dtype: str = "f32",
-    src1_dtype: str = "f32",
-    src2_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
+def generate(desc: BinaryDesc, config: KernelConfig) -> KernelSpec:
     """OpenCL source for ``dst = alg(src0, src1[, src2])``; dst has the broadcast shape of the
-    sources. ``src2`` (dims and strides) is required by ``select`` and refused by the others.
-    ``src0_dtype`` .. ``dst_dtype``: storage types (``_dtype_io.DTYPES``), the math f32 either
-    way. ``post_ops``: a validated chain (see ``_post_ops``; binary operands f32) applied
+    sources, and ``src2`` is select's condition. Storage types are any of ``_dtype_io.DTYPES``, the
+    math f32 either way. The descriptor's ``post_ops`` (validated; binary operands f32) apply
     before the store; a binary post-op operand needing broadcasting sends the kernel down the
     broadcast path (impl ``ocl:broadcast:...:po_bcast``)."""
-    from . import _post_ops  # here: _post_ops imports this module
-
-    if alg not in _EXPRESSIONS:
-        raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    ternary = alg in TERNARY
-    if ternary != (src2_dims is not None) or (src2_dims is None) != (src2_strides is None):
-        raise ValueError(f"{alg} {'needs' if ternary else 'takes no'} src2 dims and strides")
-    shapes = {"src0": src0_dims, "src1": src1_dims}
-    strides_in = {"src0": src0_strides, "src1": src1_strides}
-    if ternary:
-        shapes["src2"], strides_in["src2"] = src2_dims, src2_strides
-    given = {"src0": src0_dtype, "src1": src1_dtype, "src2": src2_dtype, "dst": dst_dtype}
-    dtypes = {name: given[name] for name in (*shapes, "dst")}
-    for name, dtype in dtypes.items():
-        _dtype_io.check_dtype(name, dtype)
-    dims = broadcast_dims(*shapes.values())
-    if len(dst_strides) != len(dims):
-        raise ValueError(f"dst_strides {dst_strides} do not match broadcast dims {dims}")
+    desc.check_supported()
+    alg, post_ops, dst_strides = desc.alg, desc.post_ops, desc.dst.strides
+    sources = {"src0": desc.src0, "src1": desc.src1}
+    if desc.src2 is not None:
+        sources["src2"] = desc.src2
+    shapes = {name: md.dims for name, md in sources.items()}
+    dtypes = {**{name: md.dtype for name, md in sources.items()}, "dst": desc.dst.dtype}
+    dims = desc.dst.dims
     n = math.prod(dims)
     local = config.local_size
-    aligned = {name: _aligned_strides(shapes[name], strides_in[name], len(dims)) for name in shapes}
+    aligned = {name: aligned_strides(md.dims, md.strides, len(dims)) for name, md in sources.items()}
     # The value names the expressions use, and the kernel parameters, in argument order.
     values = {"src0": "a", "src1": "b", "src2": "cond"}
     inputs = list(shapes)
     others = inputs[1:]
     dense_dst = is_dense(dims, dst_strides)
-    same_layout = dense_dst and aligned["src0"] == dst_strides and tuple(src0_dims) == dims
+    same_layout = dense_dst and aligned["src0"] == dst_strides and desc.src0.dims == dims
     # An operand other than src0 runs flat when it has dst's layout, or is one value (scalar).
     scalar = {
         name for name in others if math.prod(shapes[name]) == 1 and aligned[name] != dst_strides
@@ -158,13 +102,13 @@ def generate(
     const ulong i = get_global_id(0);
     if (i < {full}UL) {{
         {" ".join(loads_vec)}
-        {vec_type} v = {_expression(alg, vec_type)};
+        {vec_type} v = {binary_expression(alg, vec_type)};
         {apply_vec}
         {_dtype_io.store_vector(dtypes["dst"], "dst", "i", vec_type, vec, "v")}
     }} else if (i == {full}UL) {{
         for (ulong j = i * {vec}UL; j < {n}UL; ++j) {{
             {" ".join(loads_tail)}
-            float v = {_expression(alg, "float")};
+            float v = {binary_expression(alg, "float")};
             {apply_tail}
             {_dtype_io.store(dtypes["dst"], "dst", "j", "v")}
         }}
@@ -189,7 +133,7 @@ def generate(
     if (i >= {n}UL) return;
     {offsets}
     {loads}
-    float v = {_expression(alg, "float")};
+    float v = {binary_expression(alg, "float")};
     {apply}
     {_dtype_io.store(dtypes["dst"], "dst", "off_dst", "v")}"""
         impl = f"ocl:broadcast:l{local}" + (":po_bcast" if po_bcast else "")
@@ -220,31 +164,22 @@ def reference(
     dst_dtype: str = "f32",
 ) -> np.ndarray:
     """``alg`` of the broadcast sources (user-facing values of any data type) in float64, rounded
-    to float32 and stored as ``dst_dtype`` (user-facing values: bf16 as float32, boolean as bool).
-    ``src2``: select's condition."""
-    a = _dtype_io.widen(src0)
-    b = _dtype_io.widen(src1)
-    if (alg in TERNARY) != (src2 is not None):
-        raise ValueError(f"{alg} {'needs' if alg in TERNARY else 'takes no'} src2")
-    with np.errstate(all="ignore"):
-        if alg == "add":
-            y = a + b
-        elif alg == "sub":
-            y = a - b
-        elif alg == "mul":
-            y = a * b
-        elif alg == "div":
-            y = a / b
-        elif alg == "min":
-            y = np.minimum(a, b)
-        elif alg == "max":
-            y = np.maximum(a, b)
-        elif alg in COMPARISONS:
-            compare = {"ge": np.greater_equal, "gt": np.greater, "le": np.less_equal,
-                       "lt": np.less, "eq": np.equal, "ne": np.not_equal}[alg]
-            y = compare(a, b).astype(np.float64)
-        elif alg == "select":
-            y = np.where(_dtype_io.widen(src2) != 0, a, b)
-        else:
-            raise ValueError(f"unknown binary algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    return _dtype_io.store_reference(y.astype(np.float32), dst_dtype)
+    to float32 and stored as ``dst_dtype`` (user-facing values: bf16 as float32, boolean as bool):
+    the formulas of ``_elementwise.binary_values``. ``src2``: select's condition."""
+    widen = _dtype_io.widen
+    y = _elementwise.binary_values(alg, widen(src0), widen(src1), None if src2 is None else widen(src2))
+    return _dtype_io.store_reference(y, dst_dtype)
+
+
+def desc_reference(desc: BinaryDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{argument name: array}``: the sources, the post-op operands, and
+    dst's old values where a sum post-op reads them."""
+    src2 = None if desc.src2 is None else inputs["src2"]
+    y = reference(desc.alg, inputs["src0"], inputs["src1"], src2)
+    y = _post_ops.reference(desc.post_ops, y, inputs.get("dst"), inputs)
+    return _dtype_io.store_reference(y, desc.dst.dtype)
+
+
+# No tolerance here: kernels/tolerance.py imports this module (for EXACT), so importing it back
+# would make a cycle; ``tolerance.binary(desc.alg)`` is the threshold.
+register(BinaryDesc, generate=generate, reference=desc_reference)

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
+from .._values._concat_desc import ConcatDesc
 from . import _dtype_io
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, padded_global
-
-MAX_INPUTS = 64
 
 
 def _select(lo: int, hi: int, starts: list[int], loads: list[str], indent: str) -> list[str]:
@@ -36,42 +36,16 @@ def _select(lo: int, hi: int, starts: list[int], loads: list[str], indent: str) 
     )
 
 
-def generate(
-    *,
-    src_dims: tuple[tuple[int, ...], ...],
-    src_strides: tuple[tuple[int, ...], ...],
-    axis: int,
-    dst_strides: tuple[int, ...],
-    config: KernelConfig,
-    src_dtypes: tuple[str, ...] | None = None,
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """OpenCL source concatenating sources of ``src_dims`` along ``axis`` (non-negative) into dst.
-
-    ``src_dtypes`` (one per input, all f32 when None) and ``dst_dtype``: storage types
-    (``_dtype_io.DTYPES``)."""
-    n_inputs = len(src_dims)
-    if not 1 <= n_inputs <= MAX_INPUTS or len(src_strides) != n_inputs:
-        raise ValueError(f"concat takes 1 to {MAX_INPUTS} inputs with strides each, got {n_inputs}")
-    if src_dtypes is None:
-        src_dtypes = ("f32",) * n_inputs
-    if len(src_dtypes) != n_inputs:
-        raise ValueError(f"{len(src_dtypes)} src_dtypes for {n_inputs} inputs")
-    for i, dtype in enumerate(src_dtypes):
-        _dtype_io.check_dtype(f"src{i}", dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
-    ndims = len(src_dims[0])
-    if not 0 <= axis < ndims:
-        raise ValueError(f"axis {axis} out of range for {ndims} dimensions")
-    for dims, strides in zip(src_dims, src_strides):
-        if len(dims) != ndims or len(strides) != ndims:
-            raise ValueError(f"source dims {dims} / strides {strides} do not have {ndims} dimensions")
-        if any(d != d0 for k, (d, d0) in enumerate(zip(dims, src_dims[0])) if k != axis):
-            raise ValueError(f"source dims {dims} differ from {src_dims[0]} off axis {axis}")
-    if len(dst_strides) != ndims:
-        raise ValueError(f"dst_strides {dst_strides} do not have {ndims} dimensions")
-    dims = list(src_dims[0])
-    dims[axis] = sum(d[axis] for d in src_dims)
+def generate(desc: ConcatDesc, config: KernelConfig) -> KernelSpec:
+    """OpenCL source concatenating ``desc.srcs`` along ``desc.axis`` (normalised) into dst, each
+    in its own layout and storage type (``_dtype_io.DTYPES``)."""
+    desc.check_supported()
+    src_dims = tuple(md.dims for md in desc.srcs)
+    src_strides = tuple(md.strides for md in desc.srcs)
+    src_dtypes = tuple(md.dtype for md in desc.srcs)
+    axis, dims, dst_strides, dst_dtype = desc.axis, desc.dst.dims, desc.dst.strides, desc.dst.dtype
+    n_inputs = len(desc.srcs)
+    ndims = len(dims)
     n = math.prod(dims)
     starts = [0]
     for d in src_dims:
@@ -143,3 +117,16 @@ def reference(srcs, axis: int, *, src_dtypes=None, dst_dtype: str = "f32") -> np
         for s, dtype in zip(srcs, src_dtypes, strict=True)
     ]
     return np.concatenate(parts, axis=axis)
+
+
+def _reference(desc: ConcatDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    srcs = [inputs[f"src{i}"] for i in range(len(desc.srcs))]
+    return reference(srcs, desc.axis, src_dtypes=tuple(md.dtype for md in desc.srcs), dst_dtype=desc.dst.dtype)
+
+
+def _tolerance(desc: ConcatDesc) -> float:
+    # Exact: bit copies, or the conversion the reference reproduces bit for bit.
+    return 0.0
+
+
+register(ConcatDesc, generate=generate, reference=_reference, tolerance=_tolerance)

@@ -36,13 +36,12 @@ import math
 
 import numpy as np
 
+from .._values._convolution_desc import ConvolutionDesc
+from .._values._convolution_desc import out_size as out_size
 from . import _dtype_io, _post_ops
+from ._post_ops import generate_scaled
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, padded_global
-
-
-def out_size(in_size: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
-    """``(in + pl + pr - ((k - 1) * dil + 1)) // s + 1``; may be < 1 when the kernel does not fit."""
-    return (in_size + pad_l + pad_r - ((kernel - 1) * dilation + 1)) // stride + 1
 
 
 def channel_block(config: KernelConfig, ocg: int) -> int:
@@ -51,40 +50,31 @@ def channel_block(config: KernelConfig, ocg: int) -> int:
     return max(1, min(cap, ocg))
 
 
-def generate(
-    *,
-    src_dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    wei_dims: tuple[int, ...],
-    wei_strides: tuple[int, ...],
-    dst_dims: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    bias_strides: tuple[int, ...] | None,
-    strides: tuple[int, ...],
-    padding_l: tuple[int, ...],
-    dilation: tuple[int, ...],
-    groups: int,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    wei_dtype: str = "f32",
-    bias_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """``post_ops``: a validated chain, applied to ``acc + bias`` before the store.
-    ``*_dtype``: storage types (``_dtype_io.DTYPES``), the math f32 either way."""
-    dtypes = {"src": src_dtype, "weights": wei_dtype, "bias": bias_dtype, "dst": dst_dtype}
-    for name, dtype in dtypes.items():
-        _dtype_io.check_dtype(name, dtype)
+def generate(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec:
+    """The kernel of ``desc`` for ``config``; ``output_scale`` reaches ``_direct`` as a leading
+    ``linear`` post-op (``_post_ops.generate_scaled``)."""
+    desc.check_supported()
+    return generate_scaled(lambda chain: _direct(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    """``post_ops``: the validated chain (the output scale leading), applied to ``acc + bias``
+    before the store. Any storage types (``_dtype_io.DTYPES``), the math f32 either way."""
+    src_dims, src_strides = desc.src.dims, desc.src.strides
+    wei_dims, wei_strides = desc.weights.dims, desc.weights.strides
+    dst_dims, dst_strides = desc.dst.dims, desc.dst.strides
+    bias_strides = None if desc.bias is None else desc.bias.strides
+    strides, padding_l, dilation, groups = desc.strides, desc.padding_l, desc.dilation, desc.groups
+    dtypes = {"src": desc.src.dtype, "weights": desc.weights.dtype,
+              "bias": "f32" if desc.bias is None else desc.bias.dtype, "dst": desc.dst.dtype}
+    src_dtype, wei_dtype, bias_dtype, dst_dtype = dtypes.values()
     nsp = len(src_dims) - 2
-    n, c = src_dims[:2]
+    n = src_dims[0]
     oc = wei_dims[0]
     icg = wei_dims[1]
     ksz = tuple(wei_dims[2:])
     isp = tuple(src_dims[2:])
     osp = tuple(dst_dims[2:])
-    if icg * groups != c or oc % groups:
-        raise ValueError(f"channels src {c}, weights {wei_dims} do not fit {groups} groups")
     ocg = oc // groups
     ocb = channel_block(config, ocg)
     nblk = math.ceil(ocg / ocb)
@@ -410,3 +400,19 @@ def reference(
         y = y + _dtype_io.widen(bias).reshape((1, oc) + (1,) * nsp)
     y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
     return _dtype_io.store_reference(y, dst_dtype)
+
+
+def desc_reference(desc: ConvolutionDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{argument name: array}`` (``inputs["dst"]``, dst's old value, for a
+    sum post-op; the binary operands by argument name): ``reference`` with the descriptor's
+    geometry, output scale, post-ops and dst data type."""
+    return reference(
+        inputs["src"], inputs["weights"], inputs.get("bias"), strides=desc.strides, padding_l=desc.padding_l,
+        padding_r=desc.padding_r, dilation=desc.dilation, groups=desc.groups, output_scale=desc.output_scale,
+        post_ops=desc.post_ops, old_dst=inputs.get("dst"), operands=inputs, dst_dtype=desc.dst.dtype,
+    )
+
+
+# No tolerance: kernels/tolerance.py has no convolution threshold (exact on small integers;
+# tests bound random data by 1e-6 * IC * kernel taps).
+register(ConvolutionDesc, generate=generate, reference=desc_reference)

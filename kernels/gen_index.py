@@ -10,15 +10,17 @@ import math
 
 import numpy as np
 
+from .._values._gen_index_desc import GenIndexDesc
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, padded_global
 
-DTYPES = {"s32": "int", "f32": "float"}
+# The OpenCL type of each dst data type the descriptor accepts (its GEN_INDEX_DTYPES).
+DTYPES: dict[str, str] = {"s32": "int", "f32": "float"}
 
 
-def generate(*, dims: tuple[int, ...], dst_strides: tuple[int, ...], axis: int, dtype: str,
-             config: KernelConfig) -> KernelSpec:
-    if dtype not in DTYPES:
-        raise ValueError(f"GenIndex dst dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+def generate(desc: GenIndexDesc, config: KernelConfig) -> KernelSpec:
+    desc.check_supported()
+    dims, dst_strides, axis, dtype = desc.dst.dims, desc.dst.strides, desc.axis, desc.dst.dtype
     total = math.prod(dims)
     lines = []
     for d in reversed(range(len(dims))):
@@ -53,3 +55,12 @@ def reference(dims: tuple[int, ...], axis: int, dtype: str = "s32") -> np.ndarra
     shape[axis] = dims[axis]
     index = np.arange(dims[axis]).reshape(shape)
     return np.broadcast_to(index, dims).astype(np.int32 if dtype == "s32" else np.float32)
+
+
+def desc_reference(desc: GenIndexDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc``: it has no inputs."""
+    return reference(desc.dst.dims, desc.axis, desc.dst.dtype)
+
+
+# No tolerance: kernels/tolerance.py has no gen_index threshold (the kernel is exact).
+register(GenIndexDesc, generate=generate, reference=desc_reference)

@@ -21,15 +21,12 @@ import math
 
 import numpy as np
 
-from . import _dtype_io, _post_ops
+from .._values._matmul_desc import MatmulDesc
+from .._values._matmul_desc import broadcast_batch as broadcast_batch  # its old home's name
+from . import _dtype_io, _post_ops, matmul_gpu
+from ._post_ops import generate_scaled
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
-
-
-def broadcast_batch(*batches: tuple[int, ...]) -> tuple[int, ...]:
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*batches))
-    except ValueError:
-        raise ValueError(f"batch dims {', '.join(map(str, batches))} do not broadcast") from None
 
 
 def tiles(config: KernelConfig) -> tuple[int, int, tuple[int, int]]:
@@ -284,42 +281,32 @@ __kernel void matmul_fwd({_dtype_io.param(sdt, "src", const=True)}, {_dtype_io.p
     )
 
 
-def generate(
-    *,
-    src_dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    wei_dims: tuple[int, ...],
-    wei_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    bias_dims: tuple[int, ...] | None = None,
-    bias_strides: tuple[int, ...] | None = None,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    wei_dtype: str = "f32",
-    bias_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """``post_ops``: a validated chain (see ``_post_ops``; binary operands f32), applied to
-    ``acc + bias`` before the store, on float16 rows in full blocks and element by element in edge
-    blocks. ``*_dtype``: storage types (``_dtype_io.DTYPES``); the math is f32 either way."""
-    for name, dtype in (("src", src_dtype), ("weights", wei_dtype), ("bias", bias_dtype), ("dst", dst_dtype)):
-        _dtype_io.check_dtype(name, dtype)
-    m, k = src_dims[-2:]
-    k2, n = wei_dims[-2:]
-    if k != k2:
-        raise ValueError(f"src K {k} differs from weights K {k2}")
-    from . import matmul_gpu  # GPU shape, dst of 64 x 64+: local-memory tiled SGEMM
+def generate(desc: MatmulDesc, config: KernelConfig) -> KernelSpec:
+    """The kernel of ``desc`` for ``config``: ``matmul_gpu``'s local-memory tiled SGEMM for a
+    GPU shape with dst of 64 x 64+ (``matmul_gpu.applies``), else ``_regblock``. ``output_scale``
+    reaches either as a leading ``linear`` post-op (``_post_ops.generate_scaled``)."""
+    desc.check_supported()
+    m, n = desc.dst.dims[-2:]
+    make = matmul_gpu.tiled if matmul_gpu.applies(m, n, config) else _regblock
+    return generate_scaled(lambda chain: make(desc, chain, config), desc.post_ops, desc.output_scale)
 
-    if matmul_gpu.applies(m, n, config):
-        return matmul_gpu.generate(
-            src_dims=src_dims, src_strides=src_strides, wei_dims=wei_dims, wei_strides=wei_strides,
-            dst_strides=dst_strides, bias_dims=bias_dims, bias_strides=bias_strides, config=config,
-            post_ops=post_ops, src_dtype=src_dtype, wei_dtype=wei_dtype, bias_dtype=bias_dtype,
-            dst_dtype=dst_dtype,
-        )
-    batch = broadcast_batch(src_dims[:-2], wei_dims[:-2])
-    dst_dims = batch + (m, n)
+
+def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    """The register-blocked kernels: ``_cpu_generate``'s on the CPU (``vector_width`` 16), the
+    4 x 4 blocks below elsewhere. ``post_ops``: the validated chain (binary operands f32, the
+    output scale leading), applied to ``acc + bias`` before the store, on float16 rows in full
+    blocks and element by element in edge blocks. Any storage types (``_dtype_io.DTYPES``); the
+    math is f32 either way."""
+    src_dims, src_strides, src_dtype = desc.src.dims, desc.src.strides, desc.src.dtype
+    wei_dims, wei_strides, wei_dtype = desc.weights.dims, desc.weights.strides, desc.weights.dtype
+    dst_strides, dst_dtype = desc.dst.strides, desc.dst.dtype
+    bias_dims = None if desc.bias is None else desc.bias.dims
+    bias_strides = None if desc.bias is None else desc.bias.strides
+    bias_dtype = "f32" if desc.bias is None else desc.bias.dtype
+    m, k = src_dims[-2:]
+    n = wei_dims[-1]
+    dst_dims = desc.dst.dims  # batch dims broadcast (the descriptor checked them), then (M, N)
+    batch = dst_dims[:-2]
     nd = len(dst_dims)
     sa = _aligned(src_dims, src_strides, nd)
     sb = _aligned(wei_dims, wei_strides, nd)
@@ -463,3 +450,17 @@ def reference(
     if bias is not None:
         y = y + _dtype_io.widen(bias)
     return _dtype_io.store_reference(y.astype(np.float32), dst_dtype)
+
+
+def desc_reference(desc: MatmulDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{argument name: array}``: ``reference``, times ``output_scale``,
+    then the post-ops (``inputs["dst"]``, dst's old value, for a sum post-op; the binary operands
+    by argument name), stored as dst's data type."""
+    y = reference(inputs["src"], inputs["weights"], inputs.get("bias"))
+    y = _post_ops.scaled_reference(desc.post_ops, y, inputs.get("dst"), inputs, output_scale=desc.output_scale)
+    return _dtype_io.store_reference(y, desc.dst.dtype)
+
+
+# No tolerance: kernels/tolerance.py has no matmul threshold (exact on small integers; tests
+# bound random data by 1e-6 * K).
+register(MatmulDesc, generate=generate, reference=desc_reference)

@@ -34,9 +34,10 @@ from __future__ import annotations
 import math
 
 import attrs
-import numpy as np
 
+from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops
+from ._post_ops import generate_scaled
 from ._spec import KernelConfig, KernelSpec, index_code
 
 
@@ -274,35 +275,25 @@ class _Operand:
         return " ".join(out)
 
 
-def generate(
-    *,
-    src_dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    wei_dims: tuple[int, ...],
-    wei_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    bias_dims: tuple[int, ...] | None = None,
-    bias_strides: tuple[int, ...] | None = None,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    wei_dtype: str = "f32",
-    bias_dtype: str = "f32",
-    dst_dtype: str = "f32",
-    tile: Tile | str | None = None,
-) -> KernelSpec:
-    """``matmul.generate``'s arguments; ``tile`` (a Tile or a name of ``TILES``) overrides
-    ``choose_tile``."""
-    for name, dtype in (("src", src_dtype), ("weights", wei_dtype), ("bias", bias_dtype), ("dst", dst_dtype)):
-        _dtype_io.check_dtype(name, dtype)
+def generate(desc: MatmulDesc, config: KernelConfig, *, tile: Tile | str | None = None) -> KernelSpec:
+    """The tiled kernel of ``desc`` whatever ``applies`` says (``matmul.generate`` dispatches);
+    ``tile`` (a Tile or a name of ``TILES``) overrides ``choose_tile``."""
+    desc.check_supported()
+    return generate_scaled(lambda chain: tiled(desc, chain, config, tile), desc.post_ops, desc.output_scale)
+
+
+def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | str | None = None) -> KernelSpec:
+    """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading, as
+    ``generate_scaled`` hands it); ValueError for a ``tile`` that does not fit or split K."""
+    src_dims, src_strides, src_dtype = desc.src.dims, desc.src.strides, desc.src.dtype
+    wei_dims, wei_strides, wei_dtype = desc.weights.dims, desc.weights.strides, desc.weights.dtype
+    dst_strides, dst_dtype = desc.dst.strides, desc.dst.dtype
+    bias_dims = None if desc.bias is None else desc.bias.dims
+    bias_strides = None if desc.bias is None else desc.bias.strides
+    bias_dtype = "f32" if desc.bias is None else desc.bias.dtype
     m, k = src_dims[-2:]
-    k2, n = wei_dims[-2:]
-    if k != k2:
-        raise ValueError(f"src K {k} differs from weights K {k2}")
-    try:
-        batch = tuple(int(d) for d in np.broadcast_shapes(src_dims[:-2], wei_dims[:-2]))
-    except ValueError:
-        raise ValueError(f"batch dims {src_dims[:-2]}, {wei_dims[:-2]} do not broadcast") from None
+    n = wei_dims[-1]
+    batch = desc.dst.dims[:-2]  # the broadcast batch dims (the descriptor checked them)
     nd = len(batch) + 2
     nbatch = math.prod(batch)
     sa = _aligned(src_dims, src_strides, nd)

@@ -43,8 +43,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import _dtype_io, _post_ops, _wg_reduce
-from . import softmax as _softmax
+from .._values._normalization_desc import BatchNormInferenceDesc, GroupNormDesc, LayerNormDesc, RMSNormDesc
+from . import _dtype_io, _post_ops, _row_vector, _wg_reduce
+from ._post_ops import generate_scaled
+from ._registry import register
+from ._row_vector import kahan_step
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code, padded_global
 
 _F32_EPS = float(np.finfo(np.float32).eps)
@@ -76,131 +79,44 @@ def _sum_step(term: str, acc: str, comp: str) -> str:
     )
 
 
-def _params(args: list[str], dtypes: dict[str, str], outputs: tuple[str, ...]) -> str:
-    """Kernel parameters of ``args``: ``dtypes`` gives src's and dst's storage, the rest are f32."""
-    return ", ".join(_dtype_io.param(dtypes.get(a, "f32"), a, const=a not in outputs) for a in args)
-
-
-def _helpers(src_dtype: str, dst_dtype: str) -> str:
-    return _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
-
-
-def generate_layer(
-    *,
-    dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    axis: int,
-    epsilon: float,
-    scale_stride: int | None,
-    shift_stride: int | None,
-    mean_strides: tuple[int, ...] | None,
-    variance_strides: tuple[int, ...] | None,
-    rms: bool = False,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
+def _spec(
+    desc, post_ops: tuple, name: str, inside: str, *, work_items: int, local: int, impl: str,
+    types: tuple[str, ...] = ("float",), attribute: str = "",
 ) -> KernelSpec:
-    """Layer (or, with ``rms``, RMS) normalization over ``axis``; statistics outputs where given.
+    """The spec of kernel ``name`` of ``desc`` whose body is ``inside`` (lines, each ending in a
+    newline): the storage types' helpers, the chain's functions (for ``types``), then the kernel.
 
-    ``mean_strides``/``variance_strides`` are of the stats tensor (dims without ``axis``).
-    ``post_ops``: a validated chain applied to each output before its store.
-    ``src_dtype``/``dst_dtype``: storage types, the math f32.
-    """
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
-    n = dims[axis]
-    other_dims = dims[:axis] + dims[axis + 1:]
-    rows = math.prod(other_dims)
-    local = config.local_size
-    tensors = {"src": src_strides[:axis] + src_strides[axis + 1:], "dst": dst_strides[:axis] + dst_strides[axis + 1:]}
-    if mean_strides is not None:
-        tensors["mean"] = mean_strides
-    if variance_strides is not None:
-        tensors["variance"] = variance_strides
-    po_strides = _post_ops.operand_strides(post_ops, len(dims))
-    tensors.update({name: st[:axis] + st[axis + 1:] for name, st in po_strides.items()})
-    offsets = index_code(other_dims, tensors, "row")
-    ss, ds = src_strides[axis], dst_strides[axis]
-    if _wg_reduce.use_work_group(config, n, rows, ss, other_dims, tensors["src"]):
-        return _generate_layer_work_group(
-            n=n, rows=rows, offsets=offsets, ss=ss, ds=ds, epsilon=epsilon, scale_stride=scale_stride,
-            shift_stride=shift_stride, mean=mean_strides is not None, variance=variance_strides is not None,
-            rms=rms, config=config, post_ops=post_ops, po_axis={name: st[axis] for name, st in po_strides.items()},
-            src_dtype=src_dtype, dst_dtype=dst_dtype,
-        )
-    vec = 1
-    if config.vector_width >= 16:
-        vec = _softmax._row_vector_width(n, (tensors["src"], tensors["dst"]), (ss, ds), other_dims,
-                                         config.vector_width)
-    if vec > 1:
-        return _generate_layer_vector(
-            n=n, vec=vec, rows=rows, other_dims=other_dims, tensors=tensors, epsilon=epsilon,
-            scale_stride=scale_stride, shift_stride=shift_stride, mean=mean_strides is not None,
-            variance=variance_strides is not None, rms=rms, config=config, post_ops=post_ops,
-            po_axis={name: st[axis] for name, st in po_strides.items()}, src_dtype=src_dtype, dst_dtype=dst_dtype,
-        )
-    x_at = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
-    eps = c_float(epsilon)
-    lines = []
-    if rms:
-        lines.append("float sq = 0.0f, sq_c = 0.0f;")
-        lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ const float x = {x_at}; {_sum_step('x * x', 'sq', 'sq_c')} }}")
-        lines.append(f"const float ms = (sq + sq_c) / {c_float(n)};")
-        lines.append(f"const float inv = 1.0f / sqrt(ms + {eps});")
-        value = f"{x_at} * inv"
-    else:
-        lines.append("float s = 0.0f, s_c = 0.0f;")
-        lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ const float x = {x_at}; {_sum_step('x', 's', 's_c')} }}")
-        lines.append(f"const float m = (s + s_c) / {c_float(n)};")
-        lines.append("float q = 0.0f, q_c = 0.0f;")
-        lines.append(
-            f"for (ulong k = 0; k < {n}UL; ++k) {{ const float d = {x_at} - m; {_sum_step('d * d', 'q', 'q_c')} }}"
-        )
-        lines.append(f"const float v = (q + q_c) / {c_float(n)};")
-        if mean_strides is not None:
-            lines.append("mean[off_mean] = m;")
-        if variance_strides is not None:
-            lines.append("variance[off_variance] = v;")
-        lines.append(f"const float inv = 1.0f / sqrt(v + {eps});")
-        value = f"({x_at} - m) * inv"
-    scale_ref = f"scale[k * {scale_stride}UL]" if scale_stride is not None else None
-    shift_ref = f"shift[k * {shift_stride}UL]" if shift_stride is not None else None
-    expr = value
-    if scale_ref:
-        expr = f"({expr}) * {scale_ref}"
-    if shift_ref:
-        expr = f"{expr} + {shift_ref}"
-    chain = _dtype_io.apply_post_ops_scalar(
-        post_ops, "y", f"off_dst + k * {ds}UL",
-        {name: f"off_{name} + k * {st[axis]}UL" for name, st in po_strides.items()},
-        dst_dtype,
+    Its arguments are ``desc.arg_descs``' but for the operands, named after ``post_ops`` (the
+    chain the kernel gets: a leading output scale shifts the operands' numbers, and
+    ``generate_scaled`` renames them back); src and dst take their storage types, every other
+    argument is f32; outputs are not const. No restrict: in place, src and dst are one buffer."""
+    present = [arg for arg in desc.ARGS if arg.name != "dst" and getattr(desc, arg.name) is not None]
+    args = (*(arg.name for arg in present), *_post_ops.operands(post_ops), "dst")
+    outputs = {arg.name for arg in desc.ARGS if arg.output}
+    dtypes = {"src": desc.src.dtype, "dst": desc.dst.dtype}
+    params = ", ".join(_dtype_io.param(dtypes.get(a, "f32"), a, const=a not in outputs) for a in args)
+    source = (
+        _dtype_io.functions(loads=(desc.src.dtype, desc.dst.dtype), stores=(desc.dst.dtype,))
+        + _post_ops.functions(post_ops, types)
+        + f"__kernel {attribute}void {name}({params}) {{\n{inside}}}\n"
     )
-    store = _dtype_io.store(dst_dtype, "dst", f"off_dst + k * {ds}UL", "y")
-    lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ float y = {expr}; {chain} {store} }}")
-
-    args = _layer_args(scale_stride is not None, shift_stride is not None, mean_strides is not None,
-                       variance_strides is not None, po_strides)
-    name = "rmsnorm_fwd" if rms else "lnorm_fwd"
-    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst", "mean", "variance"))
-    body = "\n    ".join(lines)
-    # No restrict: in place, src and dst are one buffer.
-    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void {name}({params}) {{
-    const ulong row = get_global_id(0);
-    if (row >= {rows}UL) return;
-    {offsets}
-    {body}
-}}
-"""
     return KernelSpec(
-        source=source,
-        name=name,
-        arg_names=tuple(args),
-        global_size=(padded_global(rows, local),),
-        local_size=(local,),
-        impl=f"ocl:row:v1l{local}",
+        source=source, name=name, arg_names=args, global_size=(work_items,), local_size=(local,), impl=impl,
     )
+
+
+def generate_layer(desc: LayerNormDesc, config: KernelConfig) -> KernelSpec:
+    """Layer normalization over ``desc.axis``, writing the statistics outputs present; the
+    post-op chain (the output scale leading, ``generate_scaled``) applied to each output before
+    its store. src and dst of any storage types, the math f32."""
+    desc.check_supported()
+    return generate_scaled(lambda chain: _Rows(desc, chain, config).kernel(), desc.post_ops, desc.output_scale)
+
+
+def generate_rms(desc: RMSNormDesc, config: KernelConfig) -> KernelSpec:
+    """RMS normalization over the last axis, as ``generate_layer``."""
+    desc.check_supported()
+    return generate_scaled(lambda chain: _Rows(desc, chain, config).kernel(), desc.post_ops, desc.output_scale)
 
 
 # Rows per work-item on the vector path: short rows are grouped so that each work-item walks
@@ -209,249 +125,202 @@ _VECTOR_ROW_ELEMENTS = 512
 _VECTOR_MIN_ITEMS = 64
 
 
-def _generate_layer_vector(
-    *,
-    n: int,
-    vec: int,
-    rows: int,
-    other_dims: tuple[int, ...],
-    tensors: dict[str, tuple[int, ...]],
-    epsilon: float,
-    scale_stride: int | None,
-    shift_stride: int | None,
-    mean: bool,
-    variance: bool,
-    rms: bool,
-    config: KernelConfig,
-    post_ops: tuple,
-    po_axis: dict[str, int],
-    src_dtype: str,
-    dst_dtype: str,
-) -> KernelSpec:
-    """Layer (RMS) normalization on the CPU configuration, rows walked ``vec`` elements at a time
-    (the row contiguous in src and dst, its length a multiple of ``vec``, each row aligned: see
-    ``softmax._row_vector_width``). f32 rows go through vector pointer casts (PoCL keeps vloadN
-    as a call), other storage types load and store element by element into the same vector math.
-    The passes are the row kernel's, each sum a Kahan sum per lane (``softmax._step``) folded by
-    compensated halving (``softmax._sum_fold_code``). Short rows: several per work-item. In place
-    is safe as in the row kernel: the writing pass reads each chunk right before writing it."""
-    T = VECTOR_TYPES[vec]
-    chunks = n // vec
-    local = config.local_size
-    per_item = max(1, min(_VECTOR_ROW_ELEMENTS // n, rows // (_VECTOR_MIN_ITEMS * local)))
-    items = -(-rows // per_item)
-    offsets = index_code(other_dims, tensors, "row")
-    xs_k = "xs[k]" if src_dtype == "f32" else _dtype_io.load_vector(src_dtype, "xs", "k", T, vec)
-    xd_k = "xd[k]" if dst_dtype == "f32" else _dtype_io.load_vector(dst_dtype, "xd", "k", T, vec)
-    xs_decl = (
-        f"__global const {T}* xs = (__global const {T}*)(src + off_src);" if src_dtype == "f32"
-        else f"__global const {_dtype_io.STORAGE[src_dtype]}* xs = src + off_src;"
-    )
-    xd_decl = (
-        f"__global {T}* xd = (__global {T}*)(dst + off_dst);" if dst_dtype == "f32"
-        else f"__global {_dtype_io.STORAGE[dst_dtype]}* xd = dst + off_dst;"
-    )
+class _Rows:
+    """Layer or RMS normalization of ``desc`` with the chain ``post_ops``: the row geometry and the
+    passes its three kernels share. ``kernel`` picks one: a work-group per row on the GPU
+    configuration (``_wg_reduce``), rows walked a vector at a time on the CPU's where they are
+    aligned (``_row_vector``), else one work-item per row, element by element.
 
-    def gather(name: str, stride: int, offset: str = "") -> str:
-        # A parameter or operand chunk: a vector pointer where it is contiguous from an aligned
-        # start (scale and shift: their own buffers), else gathered lane by lane.
-        if stride == 0:
-            return f"(({T})({name}[{offset or '0'}]))"
-        if stride == 1 and not offset:
-            return f"((__global const {T}*){name})[k]"
-        base = f"{offset} + " if offset else ""
-        lanes = ", ".join(f"{name}[{base}k * {vec * stride}UL + {t * stride}UL]" for t in range(vec))
-        return f"(({T})({lanes}))"
+    Each pass is the same in all three; only how a row's sum is taken (``average``), how an
+    element is loaded, and how the kernel is laid out differ."""
 
-    fold = _softmax._sum_fold_code(vec)
-    zero = f"({T})(0.0f)"
+    def __init__(self, desc: LayerNormDesc | RMSNormDesc, post_ops: tuple, config: KernelConfig):
+        self.desc, self.post_ops, self.config = desc, post_ops, config
+        self.rms = isinstance(desc, RMSNormDesc)
+        dims = desc.src.dims
+        axis = len(dims) - 1 if self.rms else desc.axis
+        self.n = dims[axis]
+        self.other_dims = dims[:axis] + dims[axis + 1:]
+        self.rows = math.prod(self.other_dims)
+        # Strides of each tensor indexed by row (the axis dropped); the statistics have no axis.
+        tensors = {"src": desc.src.strides[:axis] + desc.src.strides[axis + 1:],
+                   "dst": desc.dst.strides[:axis] + desc.dst.strides[axis + 1:]}
+        self.stats = tuple(name for name in ("mean", "variance") if getattr(desc, name, None) is not None)
+        tensors.update({name: getattr(desc, name).strides for name in self.stats})
+        po_strides = _post_ops.operand_strides(post_ops, len(dims))
+        tensors.update({name: st[:axis] + st[axis + 1:] for name, st in po_strides.items()})
+        self.tensors = tensors
+        self.po_axis = {name: st[axis] for name, st in po_strides.items()}
+        self.offsets = index_code(self.other_dims, tensors, "row")
+        self.ss, self.ds = desc.src.strides[axis], desc.dst.strides[axis]
+        self.params = {name: getattr(desc, name).strides[0] for name in ("scale", "shift")
+                       if getattr(desc, name, None) is not None}
+        self.name = "rmsnorm_fwd" if self.rms else "lnorm_fwd"
 
-    def compensated_sum(load: str, term: str, out: str) -> str:
-        return (
-            f"{{ {T} sv = {zero}, cv = {zero};\n"
-            f"        for (ulong k = 0; k < {chunks}UL; ++k) {{ {load} {_softmax._step('sv', 'cv', term, T)} }}\n"
-            "        cv = -cv;  /* Kahan keeps minus the lost low parts; the fold adds error terms */\n"
-            f"        float s;\n        {fold}\n        {out} = s / {c_float(n)}; }}"
+    def kernel(self) -> KernelSpec:
+        config = self.config
+        if _wg_reduce.use_work_group(config, self.n, self.rows, self.ss, self.other_dims, self.tensors["src"]):
+            return self._work_group()
+        vec = 1
+        if config.vector_width >= 16:
+            vec = _row_vector.vector_width(self.n, (self.tensors["src"], self.tensors["dst"]), (self.ss, self.ds),
+                                           self.other_dims, config.vector_width)
+        return self._vector(vec) if vec > 1 else self._row()
+
+    def statistics(self, average: Callable[[str, str, str, str], list[str]], load: str, x: str, centred: str,
+                   guard: str = "") -> list[str]:
+        """Lines leaving ``inv``, 1 / the row's RMS or standard deviation, and (layer) ``m``, its
+        mean, with the statistics outputs written (each write prefixed by ``guard``).
+
+        ``average(load, term, acc, out)``: lines declaring float ``out``, the mean of ``term``
+        over the row, each element loaded by ``load`` (accumulators named from ``acc``); ``x``
+        the loaded element, ``centred`` the statement declaring ``d = x - m``. Layer takes two
+        passes for the variance: no cancellation of E[x^2] - mean^2."""
+        eps = c_float(self.desc.epsilon)
+        if self.rms:
+            return average(load, f"{x} * {x}", "sq", "ms") + [f"const float inv = 1.0f / sqrt(ms + {eps});"]
+        lines = average(load, x, "s", "m") + average(centred, "d * d", "q", "v")
+        lines += [f"{guard}{name}[off_{name}] = {var};" for name, var in (("mean", "m"), ("variance", "v"))
+                  if name in self.stats]
+        return lines + [f"const float inv = 1.0f / sqrt(v + {eps});"]
+
+    def value(self, x: str, m: str, inv: str, param: Callable[[str, int], str]) -> str:
+        """The normalised element ``x`` (``m`` the mean, ``inv`` as ``statistics``), times scale
+        plus shift where present, ``param(name, stride)`` the parameter's element."""
+        value = f"{x} * {inv}" if self.rms else f"({x} - {m}) * {inv}"
+        if "scale" in self.params:
+            value = f"({value}) * {param('scale', self.params['scale'])}"
+        if "shift" in self.params:
+            value = f"{value} + {param('shift', self.params['shift'])}"
+        return value
+
+    def write(self, value: str) -> str:
+        """Statements storing ``value`` as element ``k`` of the row's dst, the chain applied."""
+        dst_k = f"off_dst + k * {self.ds}UL"
+        dst_dtype = self.desc.dst.dtype
+        chain = _dtype_io.apply_post_ops_scalar(
+            self.post_ops, "y", dst_k, {name: f"off_{name} + k * {st}UL" for name, st in self.po_axis.items()},
+            dst_dtype,
         )
+        return f"float y = {value}; {chain} {_dtype_io.store(dst_dtype, 'dst', dst_k, 'y')}"
 
-    eps = c_float(epsilon)
-    lines = [xs_decl, xd_decl]
-    if rms:
-        lines += [
-            "float ms;",
-            compensated_sum(f"const {T} x = {xs_k};", "x * x", "ms"),
-            f"const float inv = 1.0f / sqrt(ms + {eps});",
-        ]
-        value = f"{xs_k} * ({T})(inv)"
-    else:
-        lines += [
-            "float m, v;",
-            compensated_sum(f"const {T} x = {xs_k};", "x", "m"),
-            compensated_sum(f"const {T} d = {xs_k} - ({T})(m);", "d * d", "v"),
-        ]
-        if mean:
-            lines.append("mean[off_mean] = m;")
-        if variance:
-            lines.append("variance[off_variance] = v;")
-        lines.append(f"const float inv = 1.0f / sqrt(v + {eps});")
-        value = f"({xs_k} - ({T})(m)) * ({T})(inv)"
-    if scale_stride is not None:
-        value = f"({value}) * {gather('scale', scale_stride)}"
-    if shift_stride is not None:
-        value = f"{value} + {gather('shift', shift_stride)}"
-    chain = _post_ops.apply(post_ops, "y", T, xd_k, lambda name: gather(name, po_axis[name], f"off_{name}"))
-    store = f"xd[k] = y;" if dst_dtype == "f32" else _dtype_io.store_vector(dst_dtype, "xd", "k", T, vec, "y")
-    lines.append(f"for (ulong k = 0; k < {chunks}UL; ++k) {{ {T} y = {value}; {chain} {store} }}")
+    def _row(self) -> KernelSpec:
+        """One work-item per row, element by element."""
+        n, local = self.n, self.config.local_size
+        x_at = _dtype_io.load(self.desc.src.dtype, "src", f"off_src + k * {self.ss}UL")
 
-    args = _layer_args(scale_stride is not None, shift_stride is not None, mean, variance, po_axis)
-    name = "rmsnorm_fwd" if rms else "lnorm_fwd"
-    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst", "mean", "variance"))
-    body = "\n        ".join(lines)
-    if per_item == 1:
-        head = f"const ulong row = get_global_id(0);\n    if (row >= {rows}UL) return;\n    {{"
-    else:
-        head = (
-            f"for (ulong rr = 0; rr < {per_item}UL; ++rr) {{\n"
-            f"        const ulong row = get_global_id(0) * {per_item}UL + rr;\n"
-            f"        if (row >= {rows}UL) return;"
+        def average(load: str, term: str, acc: str, out: str) -> list[str]:
+            return [
+                f"float {acc} = 0.0f, {acc}_c = 0.0f;",
+                f"for (ulong k = 0; k < {n}UL; ++k) {{ {load} {_sum_step(term, acc, f'{acc}_c')} }}",
+                f"const float {out} = ({acc} + {acc}_c) / {c_float(n)};",
+            ]
+
+        lines = self.statistics(average, f"const float x = {x_at};", "x", f"const float d = {x_at} - m;")
+        value = self.value(x_at, "m", "inv", lambda name, stride: f"{name}[k * {stride}UL]")
+        lines.append(f"for (ulong k = 0; k < {n}UL; ++k) {{ {self.write(value)} }}")
+        body = "\n    ".join(lines)
+        inside = (f"    const ulong row = get_global_id(0);\n    if (row >= {self.rows}UL) return;\n"
+                  f"    {self.offsets}\n    {body}\n")
+        return _spec(self.desc, self.post_ops, self.name, inside, work_items=padded_global(self.rows, local),
+                     local=local, impl=f"ocl:row:v1l{local}")
+
+    def _vector(self, vec: int) -> KernelSpec:
+        """The CPU configuration's rows, walked ``vec`` elements at a time (see ``_row_vector``).
+        Each sum is a Kahan sum per lane folded by compensated halving. Short rows: several per
+        work-item. In place is safe as in the row kernel: the writing pass reads each chunk right
+        before writing it."""
+        n, rows, local = self.n, self.rows, self.config.local_size
+        T = VECTOR_TYPES[vec]
+        chunks = n // vec
+        per_item = max(1, min(_VECTOR_ROW_ELEMENTS // n, rows // (_VECTOR_MIN_ITEMS * local)))
+        items = -(-rows // per_item)
+        xs_decl, xd_decl, xs_k, xd_k = _row_vector.row_pointers(self.desc.src.dtype, self.desc.dst.dtype, vec)
+        fold = _row_vector.sum_fold_code(vec)
+        zero = f"({T})(0.0f)"
+
+        def average(load: str, term: str, acc: str, out: str) -> list[str]:
+            # The lanes' sums are sv and cv whatever ``acc``; ``out`` is declared before.
+            return [(
+                f"{{ {T} sv = {zero}, cv = {zero};\n"
+                f"        for (ulong k = 0; k < {chunks}UL; ++k) {{ {load} {kahan_step('sv', 'cv', term, T)} }}\n"
+                "        cv = -cv;  /* Kahan keeps minus the lost low parts; the fold adds error terms */\n"
+                f"        float s;\n        {fold}\n        {out} = s / {c_float(n)}; }}"
+            )]
+
+        lines = [xs_decl, xd_decl, "float ms;" if self.rms else "float m, v;"]
+        lines += self.statistics(average, f"const {T} x = {xs_k};", "x", f"const {T} d = {xs_k} - ({T})(m);")
+        value = self.value(xs_k, f"({T})(m)", f"({T})(inv)",
+                           lambda name, stride: _row_vector.gather(name, stride, vec))
+        chain = _post_ops.apply(
+            self.post_ops, "y", T, xd_k, lambda name: _row_vector.gather(name, self.po_axis[name], vec, f"off_{name}")
         )
-    # No restrict: in place, src and dst are one buffer.
-    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops, (T,)) + f"""__kernel void {name}({params}) {{
-    {head}
-        {offsets}
-        {body}
-    }}
-}}
-"""
-    return KernelSpec(
-        source=source,
-        name=name,
-        arg_names=tuple(args),
-        global_size=(padded_global(items, local),),
-        local_size=(local,),
-        impl=f"ocl:row:v{vec}l{local}" + (f"r{per_item}" if per_item > 1 else ""),
-    )
+        store = _row_vector.store_chunk(self.desc.dst.dtype, vec, "y")
+        lines.append(f"for (ulong k = 0; k < {chunks}UL; ++k) {{ {T} y = {value}; {chain} {store} }}")
+        body = "\n        ".join(lines)
+        if per_item == 1:
+            head = f"const ulong row = get_global_id(0);\n    if (row >= {rows}UL) return;\n    {{"
+        else:
+            head = (
+                f"for (ulong rr = 0; rr < {per_item}UL; ++rr) {{\n"
+                f"        const ulong row = get_global_id(0) * {per_item}UL + rr;\n"
+                f"        if (row >= {rows}UL) return;"
+            )
+        inside = f"    {head}\n        {self.offsets}\n        {body}\n    }}\n"
+        return _spec(self.desc, self.post_ops, self.name, inside, work_items=padded_global(items, local),
+                     local=local, impl=f"ocl:row:v{vec}l{local}" + (f"r{per_item}" if per_item > 1 else ""),
+                     types=(T,))
+
+    def _work_group(self) -> KernelSpec:
+        """One work-group per row (see ``_wg_reduce``): each sum a work-group sum of compensated
+        partial sums, then every work-item writes its elements. Rows of up to ``CACHE_MAX``
+        elements per work-item stay in registers, so src is read once. In place is safe: a
+        work-item reads and writes only its own elements, each read before its write."""
+        n = self.n
+        local = _wg_reduce.local_size(n, self.config)
+        per = _wg_reduce.per_item(n, local)
+        cached = per <= _wg_reduce.CACHE_MAX
+        x_k = _dtype_io.load(self.desc.src.dtype, "src", f"off_src + k * {self.ss}UL")
+        x = "xv[j]" if cached else "x"
+        load = f"xv[j] = {x_k};" if cached else f"const float x = {x_k};"
+        reload = "" if cached else load  # passes after the first: the value is in registers, or reloaded
+
+        def average(load: str, term: str, acc: str, out: str) -> list[str]:
+            return [
+                f"float {acc} = 0.0f, {acc}_c = 0.0f;",
+                _wg_reduce.loop(n, local, cached, f"{load} {_sum_step(term, acc, f'{acc}_c')}"),
+                _wg_reduce.sum_code(acc, f"{acc}_c", f"{acc}_total", local),
+                f"const float {out} = {acc}_total / {c_float(n)};",
+            ]
+
+        lines = [f"float xv[{per}];"] if cached else []
+        lines += self.statistics(average, load, x, f"{reload} const float d = {x} - m;", guard="if (lid == 0) ")
+        value = self.value(x, "m", "inv", lambda name, stride: f"{name}[k * {stride}UL]")
+        lines.append(_wg_reduce.loop(n, local, cached, f"{reload} {self.write(value)}"))
+        body = "\n    ".join(lines)
+        inside = (
+            f"    {_wg_reduce.declarations(local)}\n"
+            "    const ulong row = get_group_id(0);\n"
+            f"    if (row >= {self.rows}UL) return;  /* the whole work-group: no barrier is left waiting */\n"
+            f"    {self.offsets}\n    {body}\n"
+        )
+        return _spec(self.desc, self.post_ops, self.name, inside, work_items=max(1, self.rows) * local, local=local,
+                     impl=f"ocl:wg_row:l{local}" + (f"r{per}" if cached else ""), attribute=_wg_reduce.attribute(local))
 
 
-def _layer_args(scale: bool, shift: bool, mean: bool, variance: bool, operands) -> list[str]:
-    """Kernel arguments of layer/RMS normalization, in order."""
-    args = ["src"]
-    args += ["scale"] * scale + ["shift"] * shift + ["mean"] * mean + ["variance"] * variance
-    return args + list(operands) + ["dst"]
-
-
-def _generate_layer_work_group(
-    *,
-    n: int,
-    rows: int,
-    offsets: str,
-    ss: int,
-    ds: int,
-    epsilon: float,
-    scale_stride: int | None,
-    shift_stride: int | None,
-    mean: bool,
-    variance: bool,
-    rms: bool,
-    config: KernelConfig,
-    post_ops: tuple,
-    po_axis: dict[str, int],
-    src_dtype: str,
-    dst_dtype: str,
-) -> KernelSpec:
-    """Layer (RMS) normalization with one work-group per row (see ``_wg_reduce``): compensated
-    work-group sums of x, then of (x - mean)^2 (of x^2 for RMS), then every work-item writes its
-    elements. Two passes for the variance as the row kernel; rows of up to ``CACHE_MAX`` elements
-    per work-item stay in registers, so src is read once. In place is safe: a work-item reads and
-    writes only its own elements, each read before its write."""
-    local = _wg_reduce.local_size(n, config)
-    per = _wg_reduce.per_item(n, local)
-    cached = per <= _wg_reduce.CACHE_MAX
-    x_k = _dtype_io.load(src_dtype, "src", f"off_src + k * {ss}UL")
-    x = "xv[j]" if cached else "x"
-    load = f"xv[j] = {x_k};" if cached else f"const float x = {x_k};"
-    reload = "" if cached else load  # passes after the first: the value is in registers, or reloaded
-    eps = c_float(epsilon)
-    lines = [f"float xv[{per}];"] if cached else []
-    if rms:
-        lines += [
-            "float sq = 0.0f, sq_c = 0.0f;",
-            _wg_reduce.loop(n, local, cached, f"{load} {_sum_step(f'{x} * {x}', 'sq', 'sq_c')}"),
-            _wg_reduce.sum_code("sq", "sq_c", "sq_total", local),
-            f"const float ms = sq_total / {c_float(n)};",
-            f"const float inv = 1.0f / sqrt(ms + {eps});",
-        ]
-        value = f"{x} * inv"
-    else:
-        lines += [
-            "float s = 0.0f, s_c = 0.0f;",
-            _wg_reduce.loop(n, local, cached, f"{load} {_sum_step(x, 's', 's_c')}"),
-            _wg_reduce.sum_code("s", "s_c", "s_total", local),
-            f"const float m = s_total / {c_float(n)};",
-            "float q = 0.0f, q_c = 0.0f;",
-            _wg_reduce.loop(n, local, cached, f"{reload} const float d = {x} - m; {_sum_step('d * d', 'q', 'q_c')}"),
-            _wg_reduce.sum_code("q", "q_c", "q_total", local),
-            f"const float v = q_total / {c_float(n)};",
-        ]
-        if mean:
-            lines.append("if (lid == 0) mean[off_mean] = m;")
-        if variance:
-            lines.append("if (lid == 0) variance[off_variance] = v;")
-        lines.append(f"const float inv = 1.0f / sqrt(v + {eps});")
-        value = f"({x} - m) * inv"
-    if scale_stride is not None:
-        value = f"({value}) * scale[k * {scale_stride}UL]"
-    if shift_stride is not None:
-        value = f"{value} + shift[k * {shift_stride}UL]"
-    dst_k = f"off_dst + k * {ds}UL"
-    chain = _dtype_io.apply_post_ops_scalar(
-        post_ops, "y", dst_k, {name: f"off_{name} + k * {st}UL" for name, st in po_axis.items()}, dst_dtype,
-    )
-    store = _dtype_io.store(dst_dtype, "dst", dst_k, "y")
-    lines.append(_wg_reduce.loop(n, local, cached, f"{reload} float y = {value}; {chain} {store}"))
-
-    args = _layer_args(scale_stride is not None, shift_stride is not None, mean, variance, po_axis)
-    name = "rmsnorm_fwd" if rms else "lnorm_fwd"
-    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst", "mean", "variance"))
-    body = "\n    ".join(lines)
-    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel {_wg_reduce.attribute(local)}void {name}({params}) {{
-    {_wg_reduce.declarations(local)}
-    const ulong row = get_group_id(0);
-    if (row >= {rows}UL) return;  /* the whole work-group: no barrier is left waiting */
-    {offsets}
-    {body}
-}}
-"""
-    return KernelSpec(
-        source=source,
-        name=name,
-        arg_names=tuple(args),
-        global_size=(max(1, rows) * local,),
-        local_size=(local,),
-        impl=f"ocl:wg_row:l{local}" + (f"r{per}" if cached else ""),
-    )
-
-
-def generate_batch(
-    *,
-    dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    epsilon: float,
-    mean_stride: int,
-    variance_stride: int,
-    scale_stride: int | None,
-    shift_stride: int | None,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """Batch normalization inference over channel dim 1, one work-item per element; ``post_ops``
-    (a validated chain) applied to each output before its store. ``src_dtype``/``dst_dtype``:
+def generate_batch(desc: BatchNormInferenceDesc, config: KernelConfig) -> KernelSpec:
+    """Batch normalization inference over channel dim 1, one work-item per element; the post-op
+    chain (the output scale leading) applied to each output before its store. src and dst of any
     storage types, the math f32."""
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
+    desc.check_supported()
+    return generate_scaled(lambda chain: _batch(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def _batch(desc: BatchNormInferenceDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    dims, src_strides, dst_strides = desc.src.dims, desc.src.strides, desc.dst.strides
+    src_dtype, dst_dtype = desc.src.dtype, desc.dst.dtype
+    eps = c_float(desc.epsilon)
+    mean_stride, variance_stride = desc.mean.strides[0], desc.variance.strides[0]
     elems = math.prod(dims)
     local = config.local_size
     po_strides = _post_ops.operand_strides(post_ops, len(dims))
@@ -469,12 +338,12 @@ def generate_batch(
         if axis == 1:
             lines.append("  c = q;")
         lines.append("}")
-    sm = f"1.0f / sqrt(variance[c * {variance_stride}UL] + {c_float(epsilon)})"
-    if scale_stride is not None:
-        sm = f"scale[c * {scale_stride}UL] / sqrt(variance[c * {variance_stride}UL] + {c_float(epsilon)})"
+    sm = f"1.0f / sqrt(variance[c * {variance_stride}UL] + {eps})"
+    if desc.scale is not None:
+        sm = f"scale[c * {desc.scale.strides[0]}UL] / sqrt(variance[c * {variance_stride}UL] + {eps})"
     expr = f"sm * ({_dtype_io.load(src_dtype, 'src', 'off_src')} - mean[c * {mean_stride}UL])"
-    if shift_stride is not None:
-        expr = f"{expr} + shift[c * {shift_stride}UL]"
+    if desc.shift is not None:
+        expr = f"{expr} + shift[c * {desc.shift.strides[0]}UL]"
     lines.append(f"const float sm = {sm};")
     lines.append(f"float y = {expr};")
     chain = _dtype_io.apply_post_ops_scalar(
@@ -483,49 +352,23 @@ def generate_batch(
     if chain:
         lines.append(chain)
     lines.append(_dtype_io.store(dst_dtype, "dst", "off_dst", "y"))
-    args = ["src"]
-    if scale_stride is not None:
-        args.append("scale")
-    if shift_stride is not None:
-        args.append("shift")
-    args += ["mean", "variance", *po_strides, "dst"]
-    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst",))
     body = "\n    ".join(lines)
-    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void bnorm_fwd({params}) {{
-    const ulong i = get_global_id(0);
-    if (i >= {elems}UL) return;
-    {body}
-}}
-"""
-    return KernelSpec(
-        source=source,
-        name="bnorm_fwd",
-        arg_names=tuple(args),
-        global_size=(padded_global(elems, local),),
-        local_size=(local,),
-        impl=f"ocl:per_element:l{local}",
-    )
+    inside = f"    const ulong i = get_global_id(0);\n    if (i >= {elems}UL) return;\n    {body}\n"
+    return _spec(desc, post_ops, "bnorm_fwd", inside, work_items=padded_global(elems, local), local=local,
+                 impl=f"ocl:per_element:l{local}")
 
 
-def generate_group(
-    *,
-    dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    groups: int,
-    epsilon: float,
-    scale_stride: int | None,
-    shift_stride: int | None,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """Group normalization, one work-item per (n, group): stats over the group, then write;
-    ``post_ops`` (a validated chain) applied to each output before its store.
-    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
+def generate_group(desc: GroupNormDesc, config: KernelConfig) -> KernelSpec:
+    """Group normalization, one work-item per (n, group): stats over the group, then write; the
+    post-op chain (the output scale leading) applied to each output before its store. src and dst
+    of any storage types, the math f32."""
+    desc.check_supported()
+    return generate_scaled(lambda chain: _group(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def _group(desc: GroupNormDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    dims, src_strides, dst_strides = desc.src.dims, desc.src.strides, desc.dst.strides
+    src_dtype, dst_dtype, groups = desc.src.dtype, desc.dst.dtype, desc.groups
     N, C = dims[0], dims[1]
     cg = C // groups
     spatial = list(range(2, len(dims)))
@@ -558,10 +401,10 @@ def generate_group(
 
     def value(ps: str) -> str:
         v = f"({_dtype_io.load(src_dtype, 'src', ps)} - m) * inv"
-        if scale_stride is not None:
-            v = f"({v}) * scale[c * {scale_stride}UL]"
-        if shift_stride is not None:
-            v = f"{v} + shift[c * {shift_stride}UL]"
+        if desc.scale is not None:
+            v = f"({v}) * scale[c * {desc.scale.strides[0]}UL]"
+        if desc.shift is not None:
+            v = f"{v} + shift[c * {desc.shift.strides[0]}UL]"
         return v
 
     def store(offset: dict[str, str]) -> str:
@@ -584,16 +427,7 @@ def generate_group(
     operand_bases = "".join(
         f"\n    const ulong b{operand_keys[name]} = n * {st[0]}UL + c0 * {st[1]}UL;" for name, st in po_strides.items()
     )
-    args = ["src"]
-    if scale_stride is not None:
-        args.append("scale")
-    if shift_stride is not None:
-        args.append("shift")
-    args += list(po_strides)
-    args.append("dst")
-    params = _params(args, {"src": src_dtype, "dst": dst_dtype}, ("dst",))
-    source = _helpers(src_dtype, dst_dtype) + _post_ops.functions(post_ops) + f"""__kernel void gnorm_fwd({params}) {{
-    const ulong i = get_global_id(0);
+    inside = f"""    const ulong i = get_global_id(0);
     if (i >= {items}UL) return;
     const ulong g = i % {groups}UL;
     const ulong n = i / {groups}UL;
@@ -606,18 +440,11 @@ def generate_group(
     float q = 0.0f, q_c = 0.0f;
     {pass2}
     const float v = (q + q_c) / {c_float(count)};
-    const float inv = 1.0f / sqrt(v + {c_float(epsilon)});
+    const float inv = 1.0f / sqrt(v + {c_float(desc.epsilon)});
     {pass3}
-}}
 """
-    return KernelSpec(
-        source=source,
-        name="gnorm_fwd",
-        arg_names=tuple(args),
-        global_size=(padded_global(items, local),),
-        local_size=(local,),
-        impl=f"ocl:per_group:l{local}",
-    )
+    return _spec(desc, post_ops, "gnorm_fwd", inside, work_items=padded_global(items, local), local=local,
+                 impl=f"ocl:per_group:l{local}")
 
 
 # References, float64, returned as float32. Each takes the post-op keywords of ``_post_ops``'s
@@ -685,3 +512,39 @@ def group_reference(src, groups, *, epsilon=1e-5, scale=None, shift=None,
     y = _affine_ref(y, scale, shift, shape).astype(np.float32)
     y = _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
     return _dtype_io.store_reference(y, dst_dtype)
+
+
+# The registry's references: dst of a descriptor from ``{argument name: array}`` (``inputs["dst"]``,
+# dst's old value, for a sum post-op; the binary operands by argument name).
+
+def _attributes(desc, inputs: dict[str, np.ndarray]) -> dict:
+    """The references' keywords for dst: output scale, post-ops, their operands, dst's type."""
+    return {"output_scale": desc.output_scale, "post_ops": desc.post_ops, "old_dst": inputs.get("dst"),
+            "operands": inputs, "dst_dtype": desc.dst.dtype}
+
+
+def layer_desc_reference(desc: LayerNormDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return layer_reference(inputs["src"], axis=desc.axis, epsilon=desc.epsilon, scale=inputs.get("scale"),
+                           shift=inputs.get("shift"), **_attributes(desc, inputs))[0]
+
+
+def rms_desc_reference(desc: RMSNormDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return rms_reference(inputs["src"], epsilon=desc.epsilon, scale=inputs.get("scale"), **_attributes(desc, inputs))
+
+
+def batch_desc_reference(desc: BatchNormInferenceDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return batch_reference(inputs["src"], inputs["mean"], inputs["variance"], epsilon=desc.epsilon,
+                           scale=inputs.get("scale"), shift=inputs.get("shift"), **_attributes(desc, inputs))
+
+
+def group_desc_reference(desc: GroupNormDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return group_reference(inputs["src"], desc.groups, epsilon=desc.epsilon, scale=inputs.get("scale"),
+                           shift=inputs.get("shift"), **_attributes(desc, inputs))
+
+
+# The thresholds above, which kernels/tolerance.py's ``normalization`` returns too; that module
+# imports this one, so importing it here would make a cycle.
+register(LayerNormDesc, generate=generate_layer, reference=layer_desc_reference, tolerance=lambda desc: LNORM)
+register(RMSNormDesc, generate=generate_rms, reference=rms_desc_reference, tolerance=lambda desc: RMSNORM)
+register(BatchNormInferenceDesc, generate=generate_batch, reference=batch_desc_reference, tolerance=lambda desc: BNORM)
+register(GroupNormDesc, generate=generate_group, reference=group_desc_reference, tolerance=lambda desc: GNORM)

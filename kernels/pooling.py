@@ -26,10 +26,14 @@ import math
 
 import numpy as np
 
+from .._values._pooling_desc import POOLING_ALGORITHMS, PoolingDesc
+from .._values._pooling_desc import empty_window as empty_window
+from .._values._pooling_desc import output_extent as output_extent
 from . import _dtype_io
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, padded_global
 
-ALGORITHMS: tuple[str, ...] = ("max", "avg_include_padding", "avg_exclude_padding")
+ALGORITHMS: tuple[str, ...] = POOLING_ALGORITHMS
 
 _F32_EPS = float(np.finfo(np.float32).eps)
 
@@ -49,44 +53,14 @@ def tolerance(alg: str, window: int) -> float:
     return max(2, window) * _F32_EPS
 
 
-def output_extent(in_len: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
-    """oneDNN's output length of one spatial dimension (may be <= 0 for invalid geometries)."""
-    return (in_len + pad_l + pad_r - ((kernel - 1) * dilation + 1)) // stride + 1
-
-
-def empty_window(in_len: int, out_len: int, kernel: int, stride: int, pad_l: int, dilation: int) -> int | None:
-    """The first output index whose window holds no input element, None when every window does."""
-    for o in range(out_len):
-        start = o * stride - pad_l
-        if not any(0 <= start + k * dilation < in_len for k in range(kernel)):
-            return o
-    return None
-
-
-def generate(
-    alg: str,
-    *,
-    src_dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_dims: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    kernel: tuple[int, ...],
-    strides: tuple[int, ...],
-    padding_l: tuple[int, ...],
-    dilation: tuple[int, ...],
-    config: KernelConfig,
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """OpenCL source pooling ``src`` into ``dst``; geometry already validated by the descriptor.
-    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
-    if alg not in ALGORITHMS:
-        raise ValueError(f"unknown pooling algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
+def generate(desc: PoolingDesc, config: KernelConfig) -> KernelSpec:
+    """The kernel pooling ``desc.src`` into ``desc.dst`` for ``config`` (the descriptor validated
+    the geometry); src and dst of any storage types, the math f32."""
+    desc.check_supported()
+    alg, kernel, strides, padding_l, dilation = desc.alg, desc.kernel, desc.strides, desc.padding_l, desc.dilation
+    src_dims, src_strides, src_dtype = desc.src.dims, desc.src.strides, desc.src.dtype
+    dst_dims, dst_strides, dst_dtype = desc.dst.dims, desc.dst.strides, desc.dst.dtype
     nsp = len(src_dims) - 2
-    if not 1 <= nsp <= 3 or not len(kernel) == len(strides) == len(padding_l) == len(dilation) == nsp:
-        raise ValueError("pooling needs 1 to 3 spatial dims with one kernel/stride/padding/dilation each")
     outputs = math.prod(dst_dims)
     local = config.local_size
 
@@ -212,3 +186,20 @@ def reference(
     elif alg == "avg_exclude_padding":
         acc = acc / count
     return _dtype_io.store_reference(acc.astype(np.float32), dst_dtype)
+
+
+def desc_reference(desc: PoolingDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{"src": array}``, stored as dst's data type."""
+    return reference(
+        desc.alg, inputs["src"], kernel=desc.kernel, strides=desc.strides, padding_l=desc.padding_l,
+        padding_r=desc.padding_r, dilation=desc.dilation, dst_dtype=desc.dst.dtype,
+    )
+
+
+def desc_tolerance(desc: PoolingDesc) -> float:
+    # ``tolerance`` above, which kernels/tolerance.py's ``pooling`` returns too; that module
+    # imports this one, so importing it here would make a cycle.
+    return tolerance(desc.alg, math.prod(desc.kernel))
+
+
+register(PoolingDesc, generate=generate, reference=desc_reference, tolerance=desc_tolerance)

@@ -28,10 +28,14 @@ import math
 
 import numpy as np
 
+from .._values._reduction_desc import REDUCTION_ALGORITHMS, ReductionDesc
+from .._values._reduction_desc import reduced_axes as reduced_axes
 from . import _dtype_io
+from . import tolerance as thresholds
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
 
-ALGORITHMS: tuple[str, ...] = ("sum", "mean", "max", "min", "mul", "l1", "l2")
+ALGORITHMS: tuple[str, ...] = REDUCTION_ALGORITHMS
 
 # Per algorithm: the initial accumulator, the term each element contributes, and whether the
 # terms are summed (with compensation) or folded with a combining expression of ``acc`` and ``t``.
@@ -41,37 +45,13 @@ _TERM = {"l1": "x < 0.0f ? -x : x", "l2": "x * x"}
 _SUMMED = frozenset({"sum", "mean", "l1", "l2"})
 
 
-def reduced_axes(src_dims: tuple[int, ...], dst_dims: tuple[int, ...]) -> tuple[int, ...]:
-    """Axes that are reduced: ``dst`` has 1 where ``src`` has more. ValueError when the dims
-    are not of that form (another rank, or a dst dim that is neither the src dim nor 1)."""
-    if len(src_dims) != len(dst_dims):
-        raise ValueError(f"dst dims {dst_dims} and src dims {src_dims} differ in rank")
-    bad = [i for i, (s, d) in enumerate(zip(src_dims, dst_dims)) if d != s and d != 1]
-    if bad:
-        raise ValueError(
-            f"dst dims {dst_dims} must equal src dims {src_dims} or be 1 (dimension {bad[0]})"
-        )
-    return tuple(i for i, (s, d) in enumerate(zip(src_dims, dst_dims)) if d == 1 and s > 1)
-
-
-def generate(
-    alg: str,
-    *,
-    src_dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_dims: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    config: KernelConfig,
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """OpenCL source reducing ``src`` into ``dst`` with ``alg``; ``dst`` dims as oneDNN's.
-    ``src_dtype``/``dst_dtype``: storage types, the math f32."""
-    if alg not in ALGORITHMS:
-        raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
-    axes = reduced_axes(src_dims, dst_dims)
+def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
+    """The kernel reducing ``desc.src`` into ``desc.dst`` (dims as oneDNN's) with ``desc.alg``, for
+    ``config``; src and dst of any storage types, the math f32."""
+    desc.check_supported()
+    alg, axes = desc.alg, desc.axes
+    src_dims, src_strides, src_dtype = desc.src.dims, desc.src.strides, desc.src.dtype
+    dst_dims, dst_strides, dst_dtype = desc.dst.dims, desc.dst.strides, desc.dst.dtype
     outputs = math.prod(dst_dims)
     count = math.prod(src_dims[a] for a in axes)
     local = config.local_size
@@ -160,3 +140,15 @@ def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...], *, dst_dtype
         else:
             raise ValueError(f"unknown reduction algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     return _dtype_io.store_reference(y.reshape(dst_dims).astype(np.float32), dst_dtype)
+
+
+def desc_reference(desc: ReductionDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{"src": array}``, stored as dst's data type."""
+    return reference(desc.alg, inputs["src"], desc.dst.dims, dst_dtype=desc.dst.dtype)
+
+
+def desc_tolerance(desc: ReductionDesc) -> float:
+    return thresholds.reduction(desc.alg, math.prod(desc.src.dims[a] for a in desc.axes))
+
+
+register(ReductionDesc, generate=generate, reference=desc_reference, tolerance=desc_tolerance)

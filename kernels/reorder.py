@@ -29,7 +29,9 @@ import math
 
 import numpy as np
 
+from .._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from . import _dtype_io
+from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
 DTYPES: tuple[str, ...] = _dtype_io.DTYPES
@@ -44,20 +46,13 @@ def _check_dtype(name: str, dtype: str) -> None:
         raise ValueError(f"{name} dtype {dtype!r} is not reorderable; known: {', '.join(DTYPES)}")
 
 
-def generate(
-    *,
-    dims: tuple[int, ...],
-    src_dtype: str,
-    src_strides: tuple[int, ...],
-    dst_dtype: str,
-    dst_strides: tuple[int, ...],
-    config: KernelConfig,
-) -> KernelSpec:
-    """OpenCL source converting ``src`` (``src_dtype``, ``src_strides``) into ``dst``."""
-    _check_dtype("src", src_dtype)
-    _check_dtype("dst", dst_dtype)
-    if len(src_strides) != len(dims) or len(dst_strides) != len(dims):
-        raise ValueError(f"strides {src_strides} / {dst_strides} do not match dims {dims}")
+def generate(desc: ReorderDesc, config: KernelConfig) -> KernelSpec:
+    """OpenCL source converting ``desc.src`` into ``desc.dst`` (their dims match: the descriptor
+    checked them)."""
+    desc.check_supported()
+    dims = desc.src.dims
+    src_dtype, src_strides = desc.src.dtype, desc.src.strides
+    dst_dtype, dst_strides = desc.dst.dtype, desc.dst.strides
     n = math.prod(dims)
     local = config.local_size
     same_type = src_dtype == dst_dtype
@@ -120,3 +115,37 @@ def reference(src: np.ndarray, src_dtype: str, dst_dtype: str) -> np.ndarray:
         return src.copy()
     # Every source value is exact in f32 once widened (s32 rounds through f32, as the kernel).
     return _dtype_io.store_reference(_dtype_io.widen(src).astype(np.float32), dst_dtype)
+
+
+def _reference(desc: ReorderDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return reference(inputs["src"], desc.src.dtype, desc.dst.dtype)
+
+
+def _tolerance(desc: ReorderDesc) -> float:
+    # Exact: the reference converts as the kernel does, bit for bit (the tests compare equality).
+    return 0.0
+
+
+# The cross-engine reorder's key runs its reorder's kernel; the copies around it are the
+# primitive's (``triodnn._cross_engine_reorder``).
+
+
+def _generate_cross_engine(desc: CrossEngineReorderDesc, config: KernelConfig) -> KernelSpec:
+    return generate(desc.reorder, config)
+
+
+def _reference_cross_engine(desc: CrossEngineReorderDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return _reference(desc.reorder, inputs)
+
+
+def _tolerance_cross_engine(desc: CrossEngineReorderDesc) -> float:
+    return _tolerance(desc.reorder)
+
+
+register(ReorderDesc, generate=generate, reference=_reference, tolerance=_tolerance)
+register(
+    CrossEngineReorderDesc,
+    generate=_generate_cross_engine,
+    reference=_reference_cross_engine,
+    tolerance=_tolerance_cross_engine,
+)

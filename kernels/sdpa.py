@@ -46,12 +46,14 @@ import math
 
 import numpy as np
 
+from .._values._sdpa_desc import CAUSAL as CAUSAL
+from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
+from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
+from .._values._sdpa_desc import SdpaDesc
+from .._values._sdpa_desc import broadcast_batch as broadcast_batch
 from . import _dtype_io
+from ._registry import register
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code
-
-CAUSAL: tuple[str, ...] = ("top_left", "bottom_right")
-SCALE_MODES: tuple[str, ...] = ("multiply", "divide")
-FLOAT_DTYPES: tuple[str, ...] = ("f32", "bf16", "f16")
 
 # CPU shapes (float16 vectors of query rows per work-item, keys per block, Dv columns per register
 # group of O), measured on PoCL at 1x8x128x64 and 1x16x384x64: (2, 8, 4) 0.31 / 2.7 ms, (1, 16, 8)
@@ -72,13 +74,6 @@ def cpu_row_vectors(sq: int, d: int, dv: int, local_memory: int) -> int:
 
 # GPU shape: keys per tile, and the most floats the K and V tiles may take in __local memory.
 GPU_BK, GPU_TILE_FLOATS = 32, 8192
-
-
-def broadcast_batch(*batches: tuple[int, ...]) -> tuple[int, ...]:
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*batches))
-    except ValueError:
-        raise ValueError(f"batch dims {', '.join(map(str, batches))} do not broadcast") from None
 
 
 def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
@@ -141,45 +136,25 @@ def _hreduce(var: str, width: int, combine: str, out: str) -> str:
     return " ".join(lines)
 
 
-def generate(
-    *,
-    q_dims: tuple[int, ...],
-    q_strides: tuple[int, ...],
-    k_dims: tuple[int, ...],
-    k_strides: tuple[int, ...],
-    v_dims: tuple[int, ...],
-    v_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    mask_dims: tuple[int, ...] | None = None,
-    mask_strides: tuple[int, ...] | None = None,
-    has_scale: bool = False,
-    scale_mode: str = "multiply",
-    causal: str | None = None,
-    config: KernelConfig,
-    dtypes: dict[str, str] | None = None,
-) -> KernelSpec:
-    """Source for the fused attention of the given layouts (any strides; broadcast batch dims).
-
-    ``dtypes`` maps ``query``, ``key``, ``value``, ``dst``, ``mask`` and ``scale`` to storage
-    types (default f32). ``dst`` dims are the broadcast batch + (Sq, Dv); its strides are given
-    for those dims. Kernel arguments, in order: query, key, value, [scale], [mask], dst.
-    """
-    dtypes = {"query": "f32", "key": "f32", "value": "f32", "dst": "f32", "mask": "f32", "scale": "f32",
-              **(dtypes or {})}
-    for name, dtype in dtypes.items():
-        if dtype not in FLOAT_DTYPES:
-            raise ValueError(f"{name} dtype {dtype!r} is not one of {', '.join(FLOAT_DTYPES)}")
-    if scale_mode not in SCALE_MODES:
-        raise ValueError(f"scale_mode {scale_mode!r} is not one of {', '.join(SCALE_MODES)}")
+def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
+    """Source for the fused attention of ``desc`` (any strides; broadcast batch dims; dst dims are
+    the broadcast batch + (Sq, Dv)). Kernel arguments, in order: query, key, value, [scale],
+    [mask], dst."""
+    desc.check_supported()
+    q_dims, q_strides = desc.query.dims, desc.query.strides
+    k_dims, k_strides = desc.key.dims, desc.key.strides
+    v_dims, v_strides = desc.value.dims, desc.value.strides
+    dst_strides = desc.dst.strides
+    has_scale, scale_mode, causal = desc.scale is not None, desc.scale_mode, desc.causal
+    # An absent mask or scale is never loaded; f32 only names a type for the helpers below.
+    dtypes = {"mask": "f32", "scale": "f32", **{name: md.dtype for name, md in desc.arg_descs.items()}}
     sq, d = q_dims[-2:]
-    skv, d2 = k_dims[-2:]
-    skv2, dv = v_dims[-2:]
-    if d != d2 or skv != skv2:
-        raise ValueError(f"query {q_dims}, key {k_dims} and value {v_dims} do not fit together")
-    has_mask = mask_dims is not None
+    skv = k_dims[-2]
+    dv = v_dims[-1]
+    has_mask = desc.mask is not None
     if has_mask:
-        mask_dims = (1,) * max(0, 2 - len(mask_dims)) + tuple(mask_dims)
-        mask_strides = (0,) * max(0, 2 - len(mask_strides)) + tuple(mask_strides)
+        mask_dims = (1,) * max(0, 2 - desc.mask.ndims) + desc.mask.dims
+        mask_strides = (0,) * max(0, 2 - desc.mask.ndims) + desc.mask.strides
     batches = [q_dims[:-2], k_dims[:-2], v_dims[:-2]] + ([mask_dims[:-2]] if has_mask else [])
     batch = broadcast_batch(*batches)
     nd = len(batch) + 2
@@ -187,12 +162,10 @@ def generate(
         "q": _aligned(q_dims, q_strides, nd),
         "k": _aligned(k_dims, k_strides, nd),
         "v": _aligned(v_dims, v_strides, nd),
-        "d": tuple(dst_strides),
+        "d": dst_strides,
     }
     if has_mask:
         sa["m"] = _aligned(mask_dims, mask_strides, nd)
-    if len(sa["d"]) != nd:
-        raise ValueError(f"dst strides {dst_strides} do not match {nd} dims")
     nbatch = math.prod(batch)
     offsets = index_code(batch, {name: s[:-2] for name, s in sa.items()}, "bi") if batch else (
         " ".join(f"const ulong off_{name} = 0;" for name in sa)
@@ -200,7 +173,7 @@ def generate(
     if not has_mask:
         offsets += " const ulong off_m = 0;"
     offset = _causal_offset(causal, sq, skv)
-    args = ("query", "key", "value") + (("scale",) if has_scale else ()) + (("mask",) if has_mask else ()) + ("dst",)
+    args = tuple(desc.arg_descs)  # query, key, value, [scale], [mask], dst
     params = [
         _dtype_io.param(dtypes["query"], "query", const=True),
         _dtype_io.param(dtypes["key"], "key", const=True),
@@ -765,3 +738,21 @@ def reference(
         p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
     out = np.matmul(p, v)
     return _dtype_io.store_reference(out.astype(np.float32), dst_dtype)
+
+
+def _reference(desc: SdpaDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return reference(
+        inputs["query"], inputs["key"], inputs["value"], mask=inputs.get("mask"), scale=inputs.get("scale"),
+        scale_mode=desc.scale_mode, causal=desc.causal, dst_dtype=desc.dst.dtype,
+    )
+
+
+def _tolerance(desc: SdpaDesc) -> float:
+    # The tests' figures (kernels/tolerance.py has no SDPA entry): 1e-5 for values in [-2, 2] at
+    # D = 64 (tests/primitives/test_sdpa.py), growing with D (tests/kernels/test_local_memory.py),
+    # plus one rounding step of dst's storage type.
+    d = desc.query.dims[-1]
+    return 1e-5 * max(1.0, d / 64) + _dtype_io.EPSILON[desc.dst.dtype]
+
+
+register(SdpaDesc, generate=generate, reference=_reference, tolerance=_tolerance)

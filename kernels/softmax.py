@@ -44,109 +44,35 @@ import math
 
 import numpy as np
 
-from . import _dtype_io, _post_ops, _wg_reduce
+from .._values._softmax_desc import SOFTMAX_ALGORITHMS, SoftmaxDesc
+from . import _dtype_io, _post_ops, _row_vector, _wg_reduce
+from . import tolerance as thresholds
+from ._post_ops import generate_scaled
+from ._registry import register
+from ._row_vector import kahan_step
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, padded_global
 
-ALGORITHMS: tuple[str, ...] = ("softmax", "logsoftmax")
+ALGORITHMS: tuple[str, ...] = SOFTMAX_ALGORITHMS
 
 
-def _row_vector_width(
-    axis_len: int,
-    other_strides: tuple[tuple[int, ...], ...],
-    axis_strides: tuple[int, ...],
-    other_dims: tuple[int, ...],
-    widest: int,
-) -> int:
-    """Widest vector that tiles every row exactly and starts it aligned, 1 when none does.
-
-    A pointer cast to floatN needs N-element alignment (LLVM emits aligned loads); buffers are
-    aligned far beyond 64 bytes, so a row is aligned when each stride that moves between rows is
-    a multiple of N. Rows that do not divide by N take the scalar path rather than a tail loop:
-    the next row would then start unaligned.
-    """
-    if any(s != 1 for s in axis_strides):
-        return 1
-    width = widest
-    while width > 1:
-        if axis_len % width == 0 and all(
-            s % width == 0 for strides in other_strides for s, d in zip(strides, other_dims) if d > 1
-        ):
-            return width
-        width //= 2
-    return 1
-
-
-def _reduce_code(var: str, width: int, combine: str) -> str:
-    """Statements folding vector ``{var}v`` of ``width`` lanes into scalar ``var`` by halving."""
-    lines = []
-    src = f"{var}v"
-    while width > 1:
-        half = width // 2
-        name = f"{var}_{half}"
-        lo, hi = f"{src}.lo", f"{src}.hi"
-        expr = combine.format(a=lo, b=hi)
-        type_name = VECTOR_TYPES[half]
-        lines.append(f"const {type_name} {name} = {expr};")
-        src = name
-        width = half
-    lines.append(f"{var} = {src};")
-    return "\n        ".join(lines)
-
-
-def _step(acc: str, comp: str, term: str, type_name: str = "float") -> str:
-    """Kahan-compensated ``acc += term`` (``comp`` holds minus the lost low part; the total is
-    ``acc - comp``), on floats or float vectors. The CPU paths' choice: on PoCL (16 cores) it cost
-    3-15% over a plain sum, TwoSum 10-25%; the GPU's work-group path, memory-bound, takes TwoSum."""
-    return (f"{{ const {type_name} y_ = ({term}) - {comp}; const {type_name} t_ = {acc} + y_;"
-            f" {comp} = (t_ - {acc}) - y_; {acc} = t_; }}")
-
-
-def _sum_fold_code(width: int) -> str:
-    """Statements folding compensated vector sums ``sv`` (each lane's total ``sv + cv``) of
-    ``width`` lanes into scalar ``s`` by halving, each level a TwoSum of the halves (its error
-    added to the halves' error terms)."""
-    lines = []
-    s, c = "sv", "cv"
-    while width > 1:
-        half = width // 2
-        T = VECTOR_TYPES[half]
-        s_h, c_h = f"s_{half}", f"c_{half}"
-        lines.append(
-            f"const {T} a_{half} = {s}.lo; const {T} b_{half} = {s}.hi; const {T} {s_h} = a_{half} + b_{half};"
-            f" const {T} p_{half} = {s_h} - a_{half};"
-            f" const {T} {c_h} = ({c}.lo + {c}.hi) + ((a_{half} - ({s_h} - p_{half})) + (b_{half} - p_{half}));"
-        )
-        s, c = s_h, c_h
-        width = half
-    lines.append(f"s = {s} + {c};")
-    return "\n        ".join(lines)
-
-
-def generate(
-    alg: str,
-    *,
-    dims: tuple[int, ...],
-    src_strides: tuple[int, ...],
-    dst_strides: tuple[int, ...],
-    axis: int,
-    config: KernelConfig,
-    post_ops: tuple = (),
-    src_dtype: str = "f32",
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """OpenCL source for ``alg`` over ``axis`` (already normalised) from ``src`` into ``dst``.
+def generate(desc: SoftmaxDesc, config: KernelConfig) -> KernelSpec:
+    """The kernel of ``desc`` for ``config``: ``alg`` over the (normalised) axis from ``src`` into
+    ``dst``, ``output_scale`` reaching it as a leading ``linear`` post-op (``generate_scaled``).
 
     ``src`` and ``dst`` may be one buffer (of one data type): each row is read in full (pass 1)
     before any of it is written, and later passes read only the element they then write (so a sum
-    post-op in place adds src). ``post_ops``: a validated chain (binary operands f32) applied to
-    each result before its store. ``src_dtype``/``dst_dtype``: storage types, the math f32.
+    post-op in place adds src). The post-op chain (binary operands f32) applies to each result
+    before its store. src and dst: any storage types, the math f32.
     """
-    if alg not in ALGORITHMS:
-        raise ValueError(f"unknown softmax algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
-    _dtype_io.check_dtype("src", src_dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
-    if not 0 <= axis < len(dims):
-        raise ValueError(f"axis {axis} out of range for {len(dims)}-D dims {dims}")
+    desc.check_supported()
+    return generate_scaled(lambda chain: _generate(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    """``generate`` with the chain ``post_ops`` (the output scale leading where it is not 1)."""
+    alg, axis = desc.alg, desc.axis
+    dims, src_strides, dst_strides = desc.src.dims, desc.src.strides, desc.dst.strides
+    src_dtype, dst_dtype = desc.src.dtype, desc.dst.dtype
     n = dims[axis]
     other_dims = dims[:axis] + dims[axis + 1:]
     other_src = src_strides[:axis] + src_strides[axis + 1:]
@@ -169,65 +95,45 @@ def generate(
             alg, n=n, rows=rows, offsets=offsets, ss=src_strides[axis], ds=dst_strides[axis], po_axis=po_axis,
             config=config, post_ops=post_ops, src_dtype=src_dtype, dst_dtype=dst_dtype,
         )
-    vec = _row_vector_width(n, (other_src, other_dst), (src_strides[axis], dst_strides[axis]),
-                            other_dims, config.vector_width)
+    vec = _row_vector.vector_width(n, (other_src, other_dst), (src_strides[axis], dst_strides[axis]),
+                                   other_dims, config.vector_width)
 
     if vec > 1:
         T = VECTOR_TYPES[vec]
         chunks = n // vec
-        max_fold = _reduce_code("m", vec, "{a} > {b} ? {a} : {b}")
-        sum_fold = _sum_fold_code(vec)
+        max_fold = _row_vector.fold_code("m", vec, "{a} > {b} ? {a} : {b}")
+        sum_fold = _row_vector.sum_fold_code(vec)
         # Pass 2 of softmax stores exp(x - m) in dst and pass 3 scales it, so exp is called once
         # per element (twice under a sum post-op); logsoftmax needs only the sum, and pass 3
         # recomputes from src.
         # Chunk k of the row: through a vector pointer for f32, element by element otherwise.
-        xs_k = "xs[k]" if src_dtype == "f32" else _dtype_io.load_vector(src_dtype, "xs", "k", T, vec)
-        xd_k = "xd[k]" if dst_dtype == "f32" else _dtype_io.load_vector(dst_dtype, "xd", "k", T, vec)
-
-        def store_k(value: str) -> str:
-            if dst_dtype == "f32":
-                return f"xd[k] = {value};"
-            return _dtype_io.store_vector(dst_dtype, "xd", "k", T, vec, value)
+        xs_decl, xd_decl, xs_k, xd_k = _row_vector.row_pointers(src_dtype, dst_dtype, vec)
 
         if alg == "softmax" and not recompute:
-            sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; {_step('sv', 'cv', 'e', T)}"
+            sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; {kahan_step('sv', 'cv', 'e', T)}"
             value = f"xd[k] * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = _step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
+            sum_body = kahan_step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"exp({xs_k} - ({T})(m)) * ({T})(inv)"
             finish = "const float inv = 1.0f / s;"
         else:
-            sum_body = _step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
+            sum_body = kahan_step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"({xs_k} - ({T})(m)) - ({T})(log_s)"
             finish = "const float log_s = log(s);"
 
-        def operand(name: str) -> str:
-            # Gathered lane by lane: an operand's rows need not start on a vector boundary.
-            stride = po_axis[name]
-            if stride == 0:
-                return f"(({T})({name}[off_{name}]))"
-            lanes = ", ".join(f"{name}[off_{name} + k * {vec * stride}UL + {t * stride}UL]" for t in range(vec))
-            return f"(({T})({lanes}))"
-
-        chain = _post_ops.apply(post_ops, "y", T, xd_k, operand)
+        # Operands are gathered lane by lane: their rows need not start on a vector boundary.
+        chain = _post_ops.apply(
+            post_ops, "y", T, xd_k, lambda name: _row_vector.gather(name, po_axis[name], vec, f"off_{name}")
+        )
+        store = _row_vector.store_chunk(dst_dtype, vec, "y")
         if post_ops:
-            write_body = f"{T} y = {value}; {chain} {store_k('y')}"
+            write_body = f"{T} y = {value}; {chain} {store}"
         elif dst_dtype == "f32":
             write_body = f"xd[k] = {value};"
         else:
-            write_body = f"const {T} y = {value}; {store_k('y')}"
+            write_body = f"const {T} y = {value}; {store}"
         functions = _post_ops.functions(post_ops, (T,))
-        # Non-f32 rows are addressed through pointers of their storage type (arithmetic on a half
-        # pointer needs no cl_khr_fp16) and loaded element by element.
-        xs_decl = (
-            f"__global const {T}* xs = (__global const {T}*)(src + off_src);" if src_dtype == "f32"
-            else f"__global const {_dtype_io.STORAGE[src_dtype]}* xs = src + off_src;"
-        )
-        xd_decl = (
-            f"__global {T}* xd = (__global {T}*)(dst + off_dst);" if dst_dtype == "f32"
-            else f"__global {_dtype_io.STORAGE[dst_dtype]}* xd = dst + off_dst;"
-        )
         body = f"""
     {xs_decl}
     {xd_decl}
@@ -252,16 +158,16 @@ def generate(
         if alg == "softmax" and not recompute:
             sum_body = (
                 f"const float e = exp({x_k} - m);"
-                f" dst[off_dst + k * {ds}UL] = e; {_step('s', 's_c', 'e')}"
+                f" dst[off_dst + k * {ds}UL] = e; {kahan_step('s', 's_c', 'e')}"
             )
             value = f"dst[off_dst + k * {ds}UL] * inv"
             finish = "s -= s_c; const float inv = 1.0f / s;"
         elif alg == "softmax":
-            sum_body = _step("s", "s_c", f"exp({x_k} - m)")
+            sum_body = kahan_step("s", "s_c", f"exp({x_k} - m)")
             value = f"exp({x_k} - m) * inv"
             finish = "s -= s_c; const float inv = 1.0f / s;"
         else:
-            sum_body = _step("s", "s_c", f"exp({x_k} - m)")
+            sum_body = kahan_step("s", "s_c", f"exp({x_k} - m)")
             value = f"({x_k} - m) - log_s"
             finish = "s -= s_c; const float log_s = log(s);"
         chain = _dtype_io.apply_post_ops_scalar(
@@ -404,3 +310,20 @@ def reference(
             raise ValueError(f"unknown softmax algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
     y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
     return _dtype_io.store_reference(y, dst_dtype)
+
+
+def desc_reference(desc: SoftmaxDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """dst of ``desc`` from ``{argument name: array}``: ``reference`` with the descriptor's axis,
+    output scale and post-ops (``inputs["dst"]``, dst's old value, for a sum post-op; the binary
+    operands by argument name), stored as dst's data type."""
+    return reference(
+        desc.alg, inputs["src"], axis=desc.axis, output_scale=desc.output_scale, post_ops=desc.post_ops,
+        old_dst=inputs.get("dst"), operands=inputs, dst_dtype=desc.dst.dtype,
+    )
+
+
+def desc_tolerance(desc: SoftmaxDesc) -> float:
+    return thresholds.softmax(desc.alg)
+
+
+register(SoftmaxDesc, generate=generate, reference=desc_reference, tolerance=desc_tolerance)

@@ -19,7 +19,9 @@ import math
 
 import numpy as np
 
-from . import _dtype_io
+from .._values._sum_desc import SumDesc
+from . import _dtype_io, tolerance
+from ._registry import register
 from ._spec import (
     VECTOR_TYPES,
     KernelConfig,
@@ -29,8 +31,6 @@ from ._spec import (
     is_dense,
     padded_global,
 )
-
-MAX_INPUTS = 64
 
 _F32_EPS = float(np.finfo(np.float32).eps)
 
@@ -54,35 +54,15 @@ def _accumulate(values: list[str], scales: tuple[float, ...], type_name: str) ->
     return lines
 
 
-def generate(
-    *,
-    dims: tuple[int, ...],
-    src_strides: tuple[tuple[int, ...], ...],
-    scales: tuple[float, ...],
-    dst_strides: tuple[int, ...],
-    config: KernelConfig,
-    src_dtypes: tuple[str, ...] | None = None,
-    dst_dtype: str = "f32",
-) -> KernelSpec:
-    """OpenCL source for ``dst = sum(scales[i] * src_i)``; all of shape ``dims``.
-
-    ``src_dtypes`` (one per input, all f32 when None) and ``dst_dtype``: storage types
-    (``_dtype_io.DTYPES``); the sum is f32 either way."""
-    n_inputs = len(src_strides)
-    if not 1 <= n_inputs <= MAX_INPUTS:
-        raise ValueError(f"sum takes 1 to {MAX_INPUTS} inputs, got {n_inputs}")
-    if len(scales) != n_inputs:
-        raise ValueError(f"{len(scales)} scales for {n_inputs} inputs")
-    if src_dtypes is None:
-        src_dtypes = ("f32",) * n_inputs
-    if len(src_dtypes) != n_inputs:
-        raise ValueError(f"{len(src_dtypes)} src_dtypes for {n_inputs} inputs")
-    for i, dtype in enumerate(src_dtypes):
-        _dtype_io.check_dtype(f"src{i}", dtype)
-    _dtype_io.check_dtype("dst", dst_dtype)
-    for strides in (*src_strides, dst_strides):
-        if len(strides) != len(dims):
-            raise ValueError(f"strides {strides} do not match dims {dims}")
+def generate(desc: SumDesc, config: KernelConfig) -> KernelSpec:
+    """OpenCL source for ``dst = sum(scales[i] * src_i)``, every tensor of dst's dims in its own
+    layout and storage type (``_dtype_io.DTYPES``); the sum is f32 either way."""
+    desc.check_supported()
+    dims, dst_strides, dst_dtype = desc.dst.dims, desc.dst.strides, desc.dst.dtype
+    src_strides = tuple(md.strides for md in desc.srcs)
+    src_dtypes = tuple(md.dtype for md in desc.srcs)
+    scales = desc.scales
+    n_inputs = len(desc.srcs)
     names = [f"src{i}" for i in range(n_inputs)]
     n = math.prod(dims)
     local = config.local_size
@@ -153,3 +133,17 @@ def reference(srcs, scales=None, *, dst_dtype: str = "f32") -> np.ndarray:
     for s, x in zip(scales[1:], srcs[1:]):
         acc = acc + float(s) * x
     return _dtype_io.store_reference(acc.astype(np.float32), dst_dtype)
+
+
+def _reference(desc: SumDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    srcs = [inputs[f"src{i}"] for i in range(len(desc.srcs))]
+    return reference(srcs, desc.scales, dst_dtype=desc.dst.dtype)
+
+
+def _tolerance(desc: SumDesc) -> float:
+    # benchdnn's eps * N on the f32 sum, or one rounding of dst's storage where that is coarser
+    # (the reference rounds to dst's type too, but from the float64 sum).
+    return max(tolerance.sum_(len(desc.srcs)), _dtype_io.EPSILON[desc.dst.dtype])
+
+
+register(SumDesc, generate=generate, reference=_reference, tolerance=_tolerance)

@@ -29,7 +29,7 @@ from ._values._errors import (
     TriodnnError,
     UnsupportedError,
 )
-from ._compiled_partition_cache import (
+from .graph import (
     CompiledPartitionCacheStatistics,
     compiled_partition_cache_statistics,
     get_compiled_partition_cache_capacity,

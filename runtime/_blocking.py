@@ -25,7 +25,14 @@ import threading
 
 import trio
 
+from ._engine import Engine
+from ._event import Event
+from ._memory import Memory
+from ._primitive import Primitive
+from ._runtime import Runtime, open_runtime
+from ._stream import Stream
 from ._values._errors import ClosedError, InvalidArgumentError
+from .graph import CompiledPartition, Tensor
 
 
 class BlockingPortal:
@@ -56,8 +63,6 @@ class BlockingPortal:
                 self._ready.set()
 
     async def _serve(self) -> None:
-        from ._runtime import open_runtime
-
         async with open_runtime(**self._options) as runtime:
             self._runtime = runtime
             self._token = trio.lowlevel.current_trio_token()
@@ -176,14 +181,6 @@ def _is_triodnn(value) -> bool:
 def _live_classes() -> tuple[type, ...]:
     """Objects tied to the runtime's thread (actors, channels, events). Values (descriptors,
     identities, statistics, logical tensors) and pure-Python graph objects pass unwrapped."""
-    from ._engine import Engine
-    from ._event import Event
-    from ._memory import Memory
-    from ._primitive import Primitive
-    from ._runtime import Runtime
-    from ._stream import Stream
-    from .graph import CompiledPartition, Tensor
-
     return (Runtime, Engine, Stream, Event, Memory, Primitive, CompiledPartition, Tensor)
 
 

@@ -4,12 +4,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
+from pathlib import Path
+
+import trio
+from pyopencl import CompilerWarning
+
+from ._trace import record_to
+from ._values._errors import TriodnnError
+from .actors import choose_out_of_order_strategy, describe_device, list_devices
+from .testing import run_cases, run_demo
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .actors import choose_out_of_order_strategy, describe_device, list_devices
-
     records = list_devices()
     if not records:
         print("no OpenCL device found (is pyopencl[pocl] installed?)")
@@ -29,10 +38,6 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import trio
-
-    from ._demo import run_demo
-
     _set_verbose(args.verbose)
     passed = trio.run(run_demo, args.engine, args.size, args.requests, args.in_flight, args.rounds)
     return 0 if passed else 1
@@ -42,19 +47,10 @@ def _set_verbose(level: int | None) -> None:
     """``--verbose N`` is ``TRIODNN_VERBOSE=N`` (1: a line per primitive creation, 2: and per
     execution with its device time)."""
     if level is not None:
-        import os
-
         os.environ["TRIODNN_VERBOSE"] = str(level)
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    import trio
-
-    from ._trace import record_to
-    from .graph._driver import run_cases
-
     _set_verbose(args.verbose)
     paths = [Path(p) for p in args.case or []]
     if args.batch:
@@ -103,16 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     graph.set_defaults(run=_graph)
     args = parser.parse_args(argv)
-    from ._values._errors import TriodnnError
-
     if not sys.warnoptions:
         # The command owns its process: kernel build logs (PoCL on AMD Zen 4 warns on every
         # float16 function argument) are not the user's to act on. Any -W option keeps them:
         # `PYOPENCL_COMPILER_OUTPUT=1 python -W default -m triodnn._cli ...` prints them whole.
-        import warnings
-
-        from pyopencl import CompilerWarning
-
         warnings.filterwarnings("ignore", category=CompilerWarning)
 
     try:

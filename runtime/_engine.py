@@ -15,14 +15,14 @@ from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, I
 from ._memory import Memory
 from ._values._memory_desc import MemoryDesc
 from ._primitive import Primitive
-from ._reorder_desc import CrossEngineReorder, CrossEngineReorderDesc, ReorderDesc
+from ._cross_engine_reorder import CrossEngineReorder
+from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from ._stream import Stream, StreamFlags
 from . import _cache_blob
-from . import _trace
-from . import _verbose as verbose
+from ._instruments import INSTRUMENTS
 from ._version import __version__
 from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
-from .actors import BuildRequest, EngineActor
+from .actors import BuildRequest, DeviceActor
 from .kernels import KernelConfig, select_config
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Engine:
     kind: str
     index: int
     info: DeviceInfo = attrs.field(repr=False)
-    _actor: EngineActor = attrs.field(alias="actor", repr=False)
+    _actor: DeviceActor = attrs.field(alias="actor", repr=False)
     _runtime: Runtime = attrs.field(alias="runtime", repr=False)
     out_of_order_strategy: object = attrs.field(repr=False, default=None)
     _host_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
@@ -81,7 +81,7 @@ class Engine:
     def allocator(self):
         """The ``ocl_interop.Allocator`` every buffer of this engine comes from, or None (the
         engine allocates ``pyopencl.Buffer``s itself)."""
-        return self._actor.allocator
+        return self._actor.allocator.user
 
     def statistics(self):
         """Live buffers and bytes, programs built, builds in flight (a frozen record)."""
@@ -93,7 +93,7 @@ class Engine:
             raise InvalidArgumentError(f"desc is {type(desc).__name__}, expected triodnn.MemoryDesc")
         if self._actor.closed:
             raise ClosedError(f"engine {self} is closed (its runtime has shut down)")
-        return Memory(self, desc, buffer=self._actor.allocate(desc.nbytes))
+        return Memory(self, desc, buffer=self._actor.allocator.allocate(desc.nbytes))
 
     async def from_numpy(self, array, desc: MemoryDesc | None = None) -> Memory:
         """A memory object holding a copy of ``array`` (dense row-major unless ``desc`` says)."""
@@ -108,7 +108,7 @@ class Engine:
 
     async def stream(self, flags: StreamFlags = StreamFlags.in_order) -> Stream:
         """A new stream on this engine; ``out_of_order`` picks the device's strategy."""
-        return await self._runtime._open_stream(self, _trace.stream_flags(flags))
+        return await self._runtime._open_stream(self, flags)
 
     async def create_primitive(self, desc) -> Primitive:
         """``desc`` (an EltwiseDesc, BinaryDesc …) compiled for this engine, through the cache.
@@ -117,7 +117,7 @@ class Engine:
         the same device loads the cached binary here once; a miss compiles in a worker thread of
         the cache actor's nursery, and concurrent requests for the key wait for that one build.
         """
-        if not all(hasattr(desc, name) for name in ("generate", "arg_descs", "kind", "label")):
+        if not all(hasattr(desc, name) for name in ("arg_descs", "kind", "label")):
             raise InvalidArgumentError(f"desc is {type(desc).__name__}, not a triodnn primitive descriptor")
         check = getattr(desc, "check_supported", None)
         if check is not None:
@@ -145,8 +145,7 @@ class Engine:
             self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds, entry=impl,
             **extra,
         )
-        verbose.primitive_created(how, self, primitive, time.perf_counter() - started)
-        _trace.primitive_created(how, self, primitive, started)
+        INSTRUMENTS.primitive_created(self, primitive, how, started, time.perf_counter() - started)
         return primitive
 
     async def create_reorder(
@@ -242,12 +241,12 @@ class Engine:
 
     async def _resources_from(self, impl: PrimitiveImpl):
         key = impl.key
-        return await self._actor.resources(
+        return await self._actor.kernels.get(
             key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
         )
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
-        built = await self._actor.compile_here(BuildRequest(key.desc, key.config, key.build_options))
-        _trace.built(self, key.desc, built.seconds)
-        self._actor.adopt(key, built)
+        built = await self._actor.compiler.compile_here(BuildRequest(key.desc, key.config, key.build_options))
+        INSTRUMENTS.build_finished(self, key.desc, built.seconds)
+        self._actor.kernels.adopt(key, built)
         return PrimitiveImpl(key, built.spec, built.binary, built.seconds)

@@ -6,7 +6,7 @@ import attrs
 import pyopencl as cl
 import trio
 
-from ._values._errors import ClosedError, ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
+from ._values._errors import ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
 from .actors import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -26,79 +26,88 @@ class ProfilingTimes:
         return self.end - self.start
 
 
-@attrs.define(eq=False, slots=True)
-class Event(Submission):
+class Event:
     """Completion of one submitted command.
 
     ``await event`` returns when the command has completed and raises ``ExecutionError`` when it
     failed (``DependencyError`` when a dependency failed first). Pass events as ``deps`` to later
     submissions on any stream; ``cl_event`` gives the pyopencl event once the stream actor has
     enqueued the command.
+
+    An Event wraps the actors' ``Submission`` of the command (streams make both, and hand actors
+    only the submission): awaiting and profiling are the public side, the submission is the state
+    the stream actor fills in. Equal only to itself.
     """
 
-    _completion: object = None  # the runtime's CompletionActor
-    _profiling: bool = False
+    # A plain slotted class: streams make one per command, and the submit path is hot.
+    __slots__ = ("_submission", "__weakref__")
+
+    def __init__(self, submission: Submission) -> None:
+        self._submission = submission
+
+    def __repr__(self) -> str:
+        return f"<triodnn.Event {self._submission.label} {self._submission.state}>"
+
+    @property
+    def label(self) -> str:
+        """What the command is: the primitive's label, ``write:<desc>``, ``marker`` …"""
+        return self._submission.label
 
     def __await__(self):
         return self.wait().__await__()
 
     async def wait(self) -> None:
-        if self.pending_submit:
-            await self.wait_submitted()
-        if not self.completed:
-            waiter = self.actor.waiters[self.lane]
-            status = await self._completion.wait(self.native, waiter, self.seq)
-            self._settle(status)
+        submission = self._submission
+        if submission.pending_submit:
+            await submission.wait_submitted()
+        if not submission.completed:
+            actor = submission.actor
+            status = await actor.completion.wait(submission.native, actor.waiters[submission.lane], submission.seq)
+            submission.settle(status)
         else:
             await trio.lowlevel.checkpoint()
-        if self.failure is not None:
+        if submission.failure is not None:
             # A fresh exception per waiter, of the failure's own type, chained to it.
-            failure = self.failure
+            failure = submission.failure
             kind = type(failure) if isinstance(failure, TriodnnError) else ExecutionError
-            raise kind(f"{self.label}: {failure}") from failure
+            raise kind(f"{submission.label}: {failure}") from failure
 
-    def _settle(self, status: int) -> None:
-        if status > _COMPLETE:
-            # Only reachable after the runtime closed under cancellation, queues unfinished.
-            self.set_failed(ClosedError("the runtime closed before the command completed"))
-            return
-        if status < 0:
-            # PoCL reports a failed dependency as -1 (which is also CL_DEVICE_NOT_FOUND's number),
-            # so the raw execution status is the honest thing to show.
-            self.set_failed(ExecutionError(
-                f"the command ended with execution status {status} (its device failed it, "
-                "or a command it waited for failed)"
-            ))
-        self.completed = True
+    async def wait_submitted(self) -> None:
+        """Wait until the stream actor has enqueued the command (``cl_event`` exists then) or given
+        up on it (a failed dependency, a closed stream); never raises for that."""
+        await self._submission.wait_submitted()
 
     @property
     def done(self) -> bool:
         """True once the command is known to have completed or failed (polls OpenCL, never blocks)."""
-        if not self.completed and self.native is not None:
-            status = self.native.command_execution_status
+        submission = self._submission
+        if not submission.completed and submission.native is not None:
+            status = submission.native.command_execution_status
             if status <= _COMPLETE:
-                self._settle(status)
-        return self.completed
+                submission.settle(status)
+        return submission.completed
 
     @property
     def cl_event(self) -> cl.Event:
         """The pyopencl event of the command, for interop; ``NotSubmittedError`` before enqueue."""
-        if self.native is None:
-            if self.failure is not None:
-                raise NotSubmittedError(f"{self.label} was never enqueued: {self.failure}")
+        submission = self._submission
+        if submission.native is None:
+            if submission.failure is not None:
+                raise NotSubmittedError(f"{submission.label} was never enqueued: {submission.failure}")
             raise NotSubmittedError(
-                f"{self.label} is not enqueued yet; await event.wait_submitted() first"
+                f"{submission.label} is not enqueued yet; await event.wait_submitted() first"
             )
-        return self.native
+        return submission.native
 
     @property
     def profiling(self) -> ProfilingTimes:
         """Queued, submit, start and end times; the stream needs the ``profiling`` flag."""
-        if not self._profiling:
-            raise ProfilingError(f"{self.label}: its stream was created without StreamFlags.profiling")
+        submission = self._submission
+        if not submission.actor.profiling:
+            raise ProfilingError(f"{submission.label}: its stream was created without StreamFlags.profiling")
         if not self.done:
-            raise ProfilingError(f"{self.label}: profiling times exist once the command completed")
-        if self.failure is not None:
-            raise ProfilingError(f"{self.label}: the command failed: {self.failure}")
-        p = self.native.profile
+            raise ProfilingError(f"{submission.label}: profiling times exist once the command completed")
+        if submission.failure is not None:
+            raise ProfilingError(f"{submission.label}: the command failed: {submission.failure}")
+        p = submission.native.profile
         return ProfilingTimes(p.queued, p.submit, p.start, p.end)

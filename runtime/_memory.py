@@ -37,7 +37,7 @@ class Memory:
     def __attrs_post_init__(self) -> None:
         if self._viewed is None:
             self._finalizer = weakref.finalize(
-                self, self.engine._actor.release_buffer, self._buffer, self.desc.nbytes
+                self, self.engine._actor.allocator.release_buffer, self._buffer, self.desc.nbytes
             )
 
     def view(self, desc: MemoryDesc) -> Memory:
@@ -74,7 +74,7 @@ class Memory:
             detached = finalizer.detach() if finalizer is not None else None
             if detached is not None:
                 _, release_buffer, args, _ = detached
-                release_buffer(*args, after=after)
+                release_buffer(*args, after=None if after is None else after._submission)
 
     def __enter__(self) -> Memory:
         return self

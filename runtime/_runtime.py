@@ -11,15 +11,16 @@ from collections.abc import AsyncIterator
 import pyopencl as cl
 import trio
 
-from . import _verbose as verbose
 from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
+from ._verbose import VERBOSE
 from .actors import (
     CacheActor,
     CompletionActor,
     DeviceRecord,
-    EngineActor,
+    DeviceActor,
     StreamActor,
     choose_out_of_order_strategy,
     describe_device,
@@ -91,7 +92,7 @@ class Runtime:
         self._partition_cache_actor: CacheActor | None = None
         self._partition_caches: list[tuple[CacheActor, trio.Event]] = []
         self._streams: list[tuple[StreamActor, trio.Event]] = []
-        self._engines: list[tuple[EngineActor, trio.Event]] = []
+        self._engines: list[tuple[DeviceActor, trio.Event]] = []
         self.closed = False
 
     async def engine(self, kind: str | None = None, index: int | None = None) -> Engine:
@@ -128,7 +129,7 @@ class Runtime:
             queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
         )
-        actor = EngineActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
+        actor = DeviceActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
         await self._start(actor, self._engines)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
         engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)
@@ -139,16 +140,23 @@ class Runtime:
     ) -> Stream:
         self._check_open()
         flags = check_flags(flags)
-        profiling = StreamFlags.profiling in flags or verbose.level() >= 2
+        if queue is None and INSTRUMENTS.needs_profiling():
+            # The one place that decides whether a stream profiles: its flags, plus any installed
+            # instrument that reads device times (a trace, TRIODNN_VERBOSE=2). A caller's queue
+            # profiles or not by itself, and ocl_interop.make_stream's flags say which.
+            flags |= StreamFlags.profiling
         out_of_order = StreamFlags.out_of_order in flags
         strategy = engine.out_of_order_strategy
         lanes = strategy.lanes if out_of_order and strategy.kind == "lanes" else 1
         actor = StreamActor(
-            engine.cl_context, engine.cl_device, out_of_order=out_of_order, profiling=profiling,
-            lanes=lanes, queue=queue,
+            engine.cl_context, engine.cl_device, out_of_order=out_of_order,
+            profiling=StreamFlags.profiling in flags, lanes=lanes, queue=queue,
+            completion=self._completion, instruments=INSTRUMENTS,
         )
         await self._start(actor, self._streams)
-        return Stream(engine, flags, actor, strategy=actor.mode)
+        return Stream(
+            engine, flags, actor, strategy=actor.mode, watchers=INSTRUMENTS.completion_watchers()
+        )
 
     async def _start(self, actor, registry: list) -> None:
         exited = trio.Event()
@@ -193,6 +201,9 @@ async def open_runtime() -> AsyncIterator[Runtime]:
     and the actors stop; then the block returns. An exception raised by the block comes out as
     itself, not wrapped in the actors' nursery's exception group.
     """
+    # TRIODNN_VERBOSE's instrument (a no-op when installed already): it reads the variable where
+    # primitives are created and streams open, so setting it between runtimes or inside one works.
+    add_instrument(VERBOSE)
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:

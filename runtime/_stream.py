@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 import pyopencl as cl
 
-from . import _trace
-from . import _verbose as verbose
+from ._instruments import INSTRUMENTS
 from ._values._errors import (
     ArgumentMismatchError,
     ClosedError,
@@ -20,13 +18,17 @@ from ._values._errors import (
 )
 from ._event import Event
 from ._memory import Memory, _is_row_major, stage
-from .actors import Submission
-from .actors._engine_actor import note_uses
-from .actors._stream_actor import BARRIER, KERNEL, MARKER, READ, WRITE, StreamActor
+from ._primitive import Primitive
+from .actors import Barrier, Command, KernelLaunch, Marker, ReadBuffer, StreamActor, Submission, WriteBuffer
+from .actors._allocator import note_uses
 
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._primitive import Primitive
+# The default of every ``deps``: ``deps is _NO_DEPS`` skips ``check_deps`` on the hot path.
+_NO_DEPS = ()
+
+
+def _started() -> int:
+    """When a submitting call began, for instruments' host spans; 0 while none watches."""
+    return time.perf_counter_ns() if INSTRUMENTS.submit_hooks else 0
 
 
 class StreamFlags(enum.Flag):
@@ -48,19 +50,24 @@ def check_flags(flags) -> StreamFlags:
 
 
 def check_deps(deps) -> tuple:
-    """``deps`` as a tuple of Events / pyopencl Events, or a typed error naming the culprit."""
+    """``deps`` as a tuple of Submissions / pyopencl Events (an Event stands for its submission,
+    which is all the stream actor sees), or a typed error naming the culprit."""
     if not deps and (deps is None or isinstance(deps, (list, tuple))):
         return ()
     if isinstance(deps, (Event, cl.Event)) or not isinstance(deps, (list, tuple)):
         raise InvalidArgumentError(
             f"deps must be a list of triodnn.Event or pyopencl.Event, got {type(deps).__name__}"
         )
+    checked = []
     for i, dep in enumerate(deps):
-        if not isinstance(dep, (Submission, cl.Event)):
+        if isinstance(dep, Event):
+            dep = dep._submission
+        elif not isinstance(dep, (Submission, cl.Event)):  # Submission: deps checked once already
             raise InvalidArgumentError(
                 f"deps[{i}] is {type(dep).__name__}; expected triodnn.Event or pyopencl.Event"
             )
-    return tuple(deps)
+        checked.append(dep)
+    return tuple(checked)
 
 
 @attrs.define(eq=False)
@@ -69,16 +76,18 @@ class Stream:
 
     Submissions never block: they hand the command to the stream actor and return an ``Event``
     at once. The actor enqueues in submission order; with ``out_of_order``, only the ``deps``
-    order commands.
+    order commands. ``StreamFlags.profiling`` in ``flags`` says whether the stream records device
+    times (the runtime adds it when an instrument needs them).
     """
 
+    # Not imported: _engine imports this module (the annotation is never evaluated).
     engine: Engine
     flags: StreamFlags
     _actor: StreamActor = attrs.field(repr=False)
     strategy: str = attrs.field(default="in_order")
-    _completion: object = attrs.field(init=False, repr=False)
-    _profiling: bool = attrs.field(init=False, repr=False)
-    _verbose_exec: bool = attrs.field(init=False, repr=False)
+    # Instruments told of every completion on this stream, asked when it opened.
+    _watchers: tuple = attrs.field(default=(), repr=False)
+    _nursery: object = attrs.field(init=False, repr=False)  # the runtime's, for watcher tasks
 
     @property
     def cl_queues(self) -> tuple[cl.CommandQueue, ...]:
@@ -90,22 +99,28 @@ class Stream:
         return self._actor.closed
 
     def __attrs_post_init__(self) -> None:
-        self._completion = self.engine._runtime._completion
-        self._verbose_exec = verbose.level() >= 2
-        # Verbose level 2 reports device times, so the runtime opens such streams with profiling.
-        self._profiling = StreamFlags.profiling in self.flags or self._verbose_exec
+        self._nursery = self.engine._runtime._nursery
 
-    def _event(self, label: str, started: int = 0) -> Event:
+    def _submission(self, label: str) -> Submission:
         if self._actor.closed:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
-        if _trace.recorder is not None:  # all that tracing costs when off, with _submit's check
-            return _trace.recorder.event(self, label, started)
-        return Event(self._actor, label, completion=self._completion, profiling=self._profiling)
+        return Submission(self._actor, label)
 
-    def execute(self, primitive: Primitive, args: dict, deps=()) -> Event:
+    def _hand_over(self, command: Command, started: int = 0) -> Event:
+        """Give ``command`` to the stream actor, tell the instruments; its Event."""
+        self._actor.submit(command)
+        if INSTRUMENTS.submit_hooks:  # all that instruments cost here while none watches commands
+            INSTRUMENTS.command_submitted(self, command, started)
+        event = Event(command.submission)
+        if self._watchers:
+            self._nursery.start_soon(INSTRUMENTS.watch_completion, self._watchers, self, command, event)
+        return event
+
+    def execute(self, primitive: Primitive, args: dict, deps=_NO_DEPS) -> Event:
         """Run ``primitive`` on ``args`` (name → Memory) after ``deps``; returns its Event."""
-        started = time.perf_counter_ns() if _trace.recorder is not None else 0
-        deps = check_deps(deps)
+        started = time.perf_counter_ns() if INSTRUMENTS.submit_hooks else 0  # _started(), inlined
+        if deps is not _NO_DEPS:
+            deps = check_deps(deps)
         if primitive.engine is not self.engine and (
             primitive.engine.cl_context.int_ptr != self.engine.cl_context.int_ptr
         ):
@@ -116,34 +131,45 @@ class Stream:
         across = getattr(primitive, "_submit_across", None)
         if across is not None:  # a cross-engine reorder: copies around the kernel, see there
             return across(self, args, deps)
-        return self._submit_kernel(primitive, primitive._buffers(args, self.engine), deps, started)
-
-    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps: tuple, started: int = 0) -> Event:
-        event = self._event(primitive.label, started)
-        self._submit(
-            (KERNEL, event, deps, primitive._kernel, buffers, primitive.spec.global_size,
-             primitive.spec.local_size)
-        )
-        note_uses(buffers, event)  # user-allocated buffers go back to their free after this
-        if self._verbose_exec:
-            self.engine._runtime._nursery.start_soon(verbose.report_execution, self.engine, primitive, event)
+        buffers = primitive._buffers(args, self.engine)
+        # _launch, inlined: the hot path, where each Python call costs about 2% of execute().
+        actor = self._actor
+        if actor.closed:
+            raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
+        submission = Submission(actor, primitive.label)
+        command = KernelLaunch(submission, deps, primitive, buffers)
+        actor.submit(command)
+        if INSTRUMENTS.submit_hooks:
+            INSTRUMENTS.command_submitted(self, command, started)
+        event = Event(submission)
+        if self._watchers:
+            self._nursery.start_soon(INSTRUMENTS.watch_completion, self._watchers, self, command, event)
+        note_uses(buffers, submission)
         return event
 
-    def write(self, memory: Memory, array, deps=()) -> Event:
+    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps, started: int = 0) -> Event:
+        """``primitive`` on ``buffers`` (its kernel's arguments, in order) after ``deps``."""
+        return self._launch(primitive, buffers, check_deps(deps), started)
+
+    def _launch(self, primitive: Primitive, buffers: tuple, deps: tuple, started: int) -> Event:
+        submission = self._submission(primitive.label)
+        event = self._hand_over(KernelLaunch(submission, deps, primitive, buffers), started)
+        note_uses(buffers, submission)  # user-allocated buffers go back to their free after this
+        return event
+
+    def write(self, memory: Memory, array, deps=_NO_DEPS) -> Event:
         """Copy host ``array`` into ``memory`` after ``deps``.
 
         A C-contiguous array of the memory's dtype is read in place when the copy runs: leave it
         unchanged until the event completes (the stream holds a reference until then).
         """
+        started = _started()
         deps = check_deps(deps)
         buffer = self._buffer_of(memory, "memory")
         staging = stage(memory.desc, array)
-        event = self._event(f"write:{memory.desc}")
-        self._submit((WRITE, event, deps, buffer, staging))
-        note_uses((buffer,), event)
-        return event
+        return self._copy(WriteBuffer, f"write:{memory.desc}", deps, buffer, staging, started)
 
-    def read(self, memory: Memory, out: np.ndarray, deps=()) -> Event:
+    def read(self, memory: Memory, out: np.ndarray, deps=_NO_DEPS) -> Event:
         """Copy ``memory`` into host array ``out`` (C-contiguous, shape ``dims``) after ``deps``.
 
         ``out`` must stay untouched until the event completes. For strided or bf16 memory use
@@ -170,45 +196,37 @@ class Stream:
         return self._read_raw(memory, out, deps)
 
     def _read_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
-        deps = check_deps(deps)
+        """Copy ``memory``'s bytes, gaps included, into the flat ``host`` array."""
+        started = _started()
         buffer = self._buffer_of(memory, "memory")
-        event = self._event(f"read:{memory.desc}")
-        self._submit((READ, event, deps, buffer, host))
-        note_uses((buffer,), event)
-        return event
+        return self._copy(ReadBuffer, f"read:{memory.desc}", check_deps(deps), buffer, host, started)
 
     def _write_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
         """Copy the flat ``host`` array (``memory``'s bytes, gaps included) into ``memory``."""
-        deps = check_deps(deps)
+        started = _started()
         buffer = self._buffer_of(memory, "memory")
-        event = self._event(f"write:{memory.desc}")
-        self._submit((WRITE, event, deps, buffer, host))
-        note_uses((buffer,), event)
+        return self._copy(WriteBuffer, f"write:{memory.desc}", check_deps(deps), buffer, host, started)
+
+    def _copy(self, kind: type[ReadBuffer | WriteBuffer], label: str, deps: tuple, buffer: cl.Buffer,
+              host: np.ndarray, started: int) -> Event:
+        submission = self._submission(label)
+        event = self._hand_over(kind(submission, deps, buffer, host), started)
+        note_uses((buffer,), submission)
         return event
 
     def _marker(self, label: str, deps) -> Event:
         """A marker named ``label``: completes when ``deps`` have (or all before it, in order)."""
-        event = self._event(label)
-        self._submit((MARKER, event, check_deps(deps)))
-        return event
+        started = _started()
+        return self._hand_over(Marker(self._submission(label), check_deps(deps)), started)
 
-    def marker(self, deps=()) -> Event:
+    def marker(self, deps=_NO_DEPS) -> Event:
         """An event that completes when every command submitted so far (or ``deps``) has."""
-        event = self._event("marker")
-        self._submit((MARKER, event, check_deps(deps)))
-        return event
+        return self._marker("marker", deps)
 
-    def barrier(self, deps=()) -> Event:
+    def barrier(self, deps=_NO_DEPS) -> Event:
         """Like ``marker``, and every later command of this stream waits for it too."""
-        event = self._event("barrier")
-        self._submit((BARRIER, event, check_deps(deps)))
-        return event
-
-    def _submit(self, request: tuple) -> None:
-        """Hand ``request`` (op, event, deps, …) to the stream actor."""
-        self._actor.submit(request)
-        if type(request[1]) is not Event:  # a TracedEvent, made while a trace records
-            request[1]._command.trace.submitted(request)
+        started = _started()
+        return self._hand_over(Barrier(self._submission("barrier"), check_deps(deps)), started)
 
     async def wait(self) -> None:
         """Wait until every command submitted so far has completed."""

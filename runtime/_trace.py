@@ -7,13 +7,13 @@
 What is recorded, while the block runs:
 
 - every stream submission (``execute``, ``write``, ``read``, ``marker``, ``barrier``) as a host span
-  on the ``host: <thread>`` track of its engine: the ``execute`` call from its start to the hand-over
-  to the stream actor (other submissions from the event's creation), with the command id, stream
-  and dependencies in ``args``;
-- its device span, from OpenCL profiling, on the ``stream N lane M`` track of its engine. A stream
-  opened (``engine.stream``) while a trace records gets ``StreamFlags.profiling``; streams opened
-  before the trace started, the engine's internal host stream (``memory.write`` / ``to_numpy``) and
-  interop streams whose queue does not profile record host spans only;
+  on the ``host: <thread>`` track of its engine: the call from its start to the hand-over to the
+  stream actor, with the command id, stream and dependencies in ``args``;
+- its device span, from OpenCL profiling, on the ``stream N lane M`` track of its engine. Every
+  stream opened while a trace records gets ``StreamFlags.profiling`` (``engine.stream``, and the
+  internal host stream of an engine opened then, which ``memory.write`` / ``to_numpy`` use);
+  streams opened before the trace started and interop streams whose queue does not profile record
+  host spans only;
 - dependency edges between recorded commands as flow events (``"s"`` bound to the dependency's
   span, ``"f"`` with ``"bp": "e"`` to the dependent's): device span to device span where both
   commands have one, else host span to host span;
@@ -42,9 +42,10 @@ negligible over a trace of seconds.
 The recorder is process-global: the primitive and compiled-partition caches it reports on are
 process-global, a build started by one runtime serves the others, and ``record()`` can then wrap
 code that opens its own runtime (the CLI's graph driver) or runs in other threads (the blocking
-portal). One trace records at a time (``TraceError`` otherwise). When none records, tracing costs
-a check of this module's ``recorder`` attribute where a stream makes an event (and at the start of
-``execute``), and a type check where the command is handed over.
+portal). One trace records at a time (``TraceError`` otherwise). A recording ``Trace`` is an
+instrument (``triodnn._instruments``) that ``record()`` installs for the block: when none records,
+tracing costs the registry's one attribute test where a stream submits and where its actor
+enqueues.
 """
 
 from __future__ import annotations
@@ -56,27 +57,23 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import attrs
 import pyopencl as cl
 
+from ._engine import Engine
+from ._instruments import Instrument, add_instrument, remove_instrument
+from ._stream import Stream, StreamFlags
 from ._values._errors import TriodnnError
-from ._event import Event
-
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._stream import Stream
+from .actors import Command, Submission
 
 __all__ = ["Trace", "TraceError", "record", "span"]
 
-# The trace recording now, or None: the one attribute every hook checks.
+# The trace recording now, or None (``span()`` and the one-at-a-time rule read it).
 recorder: Trace | None = None
 _recorder_lock = threading.Lock()
 
 _COMPLETE = cl.command_execution_status.COMPLETE
-_PROFILING = cl.command_queue_properties.PROFILING_ENABLE
-_OPS = ("kernel", "write", "read", "marker", "barrier")  # the stream actor's op numbers
 _HOST_PID = 1
 _NULL = contextlib.nullcontext()
 
@@ -109,38 +106,23 @@ class _Span:
 
 @attrs.define(eq=False, slots=True)
 class _Command:
-    """One submission while recording; ``event`` is dropped once its device times are read."""
+    """One submission while recording; ``submission`` is dropped once its device times are read."""
 
     id: int
-    trace: Trace
-    stream: Stream | None  # until submitted; then its number, process and profiling below
     label: str
+    op: str  # the record's kind: kernel, write, read, marker, barrier
     begin: int
+    end: int
     thread: str
-    end: int = 0
-    op: str = ""
-    deps: tuple = ()  # ids of recorded commands it depends on
-    event: Event | None = None
-    stream_number: int = 0
-    pid: int = 0
-    profiling: bool = False
+    deps: tuple  # ids of recorded commands it depends on
+    stream_number: int
+    pid: int
+    profiling: bool
+    submission: Submission | None
     enqueued: int = 0  # host time right after the stream actor enqueued it
     lane: int = 0
     device: tuple[int, int, int, int] | None = None  # queued, submit, start, end (device ns)
     status: str = "pending"  # pending, complete, failed, unprofiled
-
-
-@attrs.define(eq=False, slots=True)
-class TracedEvent(Event):
-    """An Event made while a trace records: it notes when the stream actor enqueued it."""
-
-    _command: _Command | None = None
-
-    def set_submitted(self, cl_event: cl.Event, lane: int, seq: int) -> None:
-        Event.set_submitted(self, cl_event, lane, seq)
-        command = self._command
-        command.enqueued = time.perf_counter_ns()
-        command.lane = lane
 
 
 @attrs.frozen
@@ -150,14 +132,21 @@ class _StreamInfo:
     profiling: bool
 
 
-class Trace:
-    """A recording: what ``record()`` yields. Export with ``to_chrome()`` or ``save(path)``."""
+class Trace(Instrument):
+    """A recording: what ``record()`` yields. Export with ``to_chrome()`` or ``save(path)``.
+
+    While it records it is an installed instrument; its hooks run on the threads doing the work.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self.origin_ns = time.perf_counter_ns()
         self.stopped_ns: int | None = None
         self._commands: list[_Command] = []
+        # Recorded commands by submission, so that dependents name them. Weak: a dependency is
+        # alive when named (the dependent's command holds it); the trace itself holds a
+        # submission (and its cl event) only until its device times are read.
+        self._by_submission: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._spans: list[_Span] = []
         self._instants: list[tuple[_Span, str, dict]] = []  # (span it ends on, name, args)
         # Weak: a kept trace does not keep engines (their OpenCL contexts) and streams alive.
@@ -171,7 +160,11 @@ class Trace:
     def recording(self) -> bool:
         return recorder is self
 
-    # -- hooks (called only while this trace records) ------------------------------------------
+    # -- instrument hooks (called only while this trace records) ---------------------------------
+
+    @property
+    def needs_profiling(self) -> bool:
+        return True  # streams opened while recording give device spans
 
     def _pid(self, engine) -> int:
         if engine is None:
@@ -188,7 +181,7 @@ class Trace:
                     self._engine_names[pid] = name
         return pid
 
-    def _stream(self, stream) -> _StreamInfo:
+    def _stream(self, stream: Stream) -> _StreamInfo:
         info = self._streams.get(stream)
         if info is None:
             with self._lock:
@@ -196,40 +189,37 @@ class Trace:
                 if info is None:
                     self._stream_count += 1
                     info = self._streams[stream] = _StreamInfo(
-                        self._stream_count, self._pid(stream.engine),
-                        all(q.properties & _PROFILING for q in stream._actor.queues),
+                        self._stream_count, self._pid(stream.engine), StreamFlags.profiling in stream.flags,
                     )
         return info
 
-    def event(self, stream: Stream, label: str, started: int = 0) -> TracedEvent:
-        """The event of a submission ``stream`` is making (started at ``started``, else now)."""
-        command = _Command(
-            0, self, stream, label, started or time.perf_counter_ns(), threading.current_thread().name
+    def command_submitted(self, stream: Stream, command: Command, started_ns: int) -> None:
+        """``command`` is in its stream actor's channel: its host span ends."""
+        end = time.perf_counter_ns()
+        info = self._stream(stream)
+        submission = command.submission
+        by_submission = self._by_submission
+        deps = tuple(
+            recorded.id for dep in command.deps
+            if isinstance(dep, Submission) and (recorded := by_submission.get(dep)) is not None
         )
-        event = TracedEvent(
-            stream._actor, label, completion=stream._completion, profiling=stream._profiling,
-            command=command,
-        )
-        command.event = event
-        return event
-
-    def submitted(self, request: tuple) -> None:
-        """The command of ``request`` is in its stream actor's channel: its host span ends."""
-        event: TracedEvent = request[1]
-        command = event._command
-        command.end = time.perf_counter_ns()
-        info = self._stream(command.stream)
-        command.stream, command.stream_number, command.pid, command.profiling = (
-            None, info.number, info.pid, info.profiling)
-        command.op = _OPS[request[0]] if 0 <= request[0] < len(_OPS) else str(request[0])
-        command.deps = tuple(
-            dep._command.id for dep in request[2]
-            if isinstance(dep, TracedEvent) and dep._command.trace is self and dep._command.id
-        )
+        thread = threading.current_thread().name
         with self._lock:
             self._next_command += 1
-            command.id = self._next_command
-            self._commands.append(command)
+            recorded = _Command(
+                self._next_command, submission.label, command.op, started_ns or end, end, thread, deps,
+                info.number, info.pid, info.profiling, submission,
+            )
+            self._commands.append(recorded)
+            by_submission[submission] = recorded
+
+    def command_enqueued(self, command: Command) -> None:
+        """The stream actor enqueued ``command`` just now: a sample of the engine's clock offset."""
+        enqueued = time.perf_counter_ns()
+        recorded = self._by_submission.get(command.submission)
+        if recorded is not None:  # None: submitted before this trace started
+            recorded.enqueued = enqueued
+            recorded.lane = command.submission.lane
 
     def add_span(self, engine, track: str, order: int, name: str, cat: str, begin: int, end: int,
                  args: dict | None = None) -> _Span:
@@ -238,16 +228,16 @@ class Trace:
             self._spans.append(span)
         return span
 
-    def primitive_created(self, how: str, engine, primitive, started_s: float) -> None:
+    def primitive_created(self, engine, primitive, how: str, started: float, seconds: float) -> None:
         span = self.add_span(
             engine, "create_primitive", 1, primitive.label, "create",
-            int(started_s * 1e9), time.perf_counter_ns(),
+            int(started * 1e9), time.perf_counter_ns(),
             {"outcome": how, "kind": primitive.kind, "impl": getattr(primitive, "impl", "")},
         )
         with self._lock:
             self._instants.append((span, how, {"primitive": primitive.label}))
 
-    def built(self, engine, desc, seconds: float) -> None:
+    def build_finished(self, engine, desc, seconds: float) -> None:
         end = time.perf_counter_ns()
         self.add_span(
             engine, "builds", 3, f"build {desc.label}", "build", end - int(seconds * 1e9), end,
@@ -261,24 +251,24 @@ class Trace:
         for command in self._commands:
             if command.status != "pending":
                 continue
-            event = command.event
-            if event.failure is not None and event.native is None:
-                command.status, command.event = "failed", None
+            submission = command.submission
+            if submission.failure is not None and submission.native is None:
+                command.status, command.submission = "failed", None
                 continue
-            if event.native is None:
+            if submission.native is None:
                 continue  # still in its stream actor's channel
             if not command.profiling:
-                command.status, command.event = "unprofiled", None
+                command.status, command.submission = "unprofiled", None
                 continue
-            status = event.native.command_execution_status
+            status = submission.native.command_execution_status
             if status > _COMPLETE:
                 continue
             if status < 0:
-                command.status, command.event = "failed", None
+                command.status, command.submission = "failed", None
                 continue
-            p = event.native.profile
+            p = submission.native.profile
             command.device = (p.queued, p.submit, p.start, p.end)
-            command.status, command.event = "complete", None
+            command.status, command.submission = "complete", None
 
     def _offsets(self) -> dict[int, int]:
         """Per engine pid: host ns minus device ns (see the module's notes on clocks)."""
@@ -415,11 +405,14 @@ def record() -> Iterator[Trace]:
         if recorder is not None:
             raise TraceError("a trace is already recording; one trace records at a time")
         recorder = trace
+        add_instrument(trace)
     try:
         yield trace
     finally:
         with _recorder_lock:
             recorder = None
+            with contextlib.suppress(KeyError):  # already removed if one of its hooks raised
+                remove_instrument(trace)
         trace._stop()
 
 
@@ -455,28 +448,3 @@ def span(name: str, *, engine: Engine | None = None, track: str = "tasks", **arg
     if trace is None:
         return _NULL
     return _span(trace, name, engine, track, args)
-
-
-# -- hooks: one line each at the call sites ----------------------------------------------------
-
-
-def stream_flags(flags):
-    """``flags`` plus ``StreamFlags.profiling`` while a trace records (streams then time their
-    commands on the device); anything else unchanged, for the stream to reject."""
-    if recorder is None:
-        return flags
-    from ._stream import StreamFlags
-
-    return flags | StreamFlags.profiling if isinstance(flags, StreamFlags) else flags
-
-
-def primitive_created(how: str, engine, primitive, started_s: float) -> None:
-    trace = recorder
-    if trace is not None:
-        trace.primitive_created(how, engine, primitive, started_s)
-
-
-def built(engine, desc, seconds: float) -> None:
-    trace = recorder
-    if trace is not None:
-        trace.built(engine, desc, seconds)

@@ -71,6 +71,7 @@ from ._primitive import Primitive
 from ._runtime import Runtime, current_runtime
 from ._stream import Stream, StreamFlags
 from .actors import device_kind, list_devices
+from .graph import CompiledPartition
 
 __all__ = ["Allocator", "execute", "make_engine", "make_stream"]
 
@@ -168,8 +169,6 @@ async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
     ``ExecutionError``, ``ClosedError``). See the module docstring for ownership and in-order
     streams.
     """
-    from .graph._compiled_partition import CompiledPartition  # here: graph loads after the core
-
     if not isinstance(stream, Stream):
         raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
     if isinstance(executable, CompiledPartition):
@@ -192,8 +191,9 @@ async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
             "triodnn.graph.CompiledPartition"
         )
     await event.wait_submitted()
-    if event.native is None:
-        failure = event.failure
+    submission = event._submission
+    if submission.native is None:
+        failure = submission.failure
         kind = type(failure) if isinstance(failure, TriodnnError) else ExecutionError
         raise kind(f"{event.label}: {failure}") from failure
-    return cl.Event.from_int_ptr(event.native.int_ptr, retain=True)
+    return cl.Event.from_int_ptr(submission.native.int_ptr, retain=True)

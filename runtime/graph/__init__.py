@@ -9,35 +9,54 @@
 
 Logical tensors describe edges (shape, dtype, layout); ops connect them; partitions group the
 ops that compile together; compiled partitions run on a stream and return awaitable events.
+Compiled partitions are cached process-wide (``get/set_compiled_partition_cache_capacity``,
+``compiled_partition_cache_statistics``). Whole graphs run as DAGs on one stream through
+``compile_graph``'s ``GraphRunner``: ``await runner.run(stream, inputs)``, or many requests with
+``async with runner.map(inputs, stream=stream) as results: async for outputs in results: ...``.
 """
 
+from ._compile_graph import compile_graph
 from ._compiled_partition import CompiledPartition
+from ._compiled_partition_cache import (
+    CompiledPartitionCacheStatistics,
+    compiled_partition_cache_statistics,
+    get_compiled_partition_cache_capacity,
+    set_compiled_partition_cache_capacity,
+)
+from ._execution import GraphRunner, GraphRunnerStatistics
 from ._graph import Graph
+from ._handlers import Handler, MissingHandlerError
 from ._json import dumps, from_dict, load, save, to_dict
 from ._layouts import ROW_MAJOR
 from ._logical_tensor import UNKNOWN_DIM, LogicalTensor
 from ._op import Op
 from ._partition import Partition
-from ._runner import GraphRunner, Handler, MissingHandlerError, Pipeline, compile_graph
+from ._pipeline import Pipeline, PipelineStatistics
 from ._tensor import Tensor
 
 __all__ = [
     "CompiledPartition",
+    "CompiledPartitionCacheStatistics",
     "Graph",
     "GraphRunner",
+    "GraphRunnerStatistics",
     "Handler",
     "LogicalTensor",
     "MissingHandlerError",
     "Op",
     "Partition",
     "Pipeline",
+    "PipelineStatistics",
     "ROW_MAJOR",
     "Tensor",
     "UNKNOWN_DIM",
     "compile_graph",
+    "compiled_partition_cache_statistics",
     "dumps",
     "from_dict",
+    "get_compiled_partition_cache_capacity",
     "load",
     "save",
+    "set_compiled_partition_cache_capacity",
     "to_dict",
 ]

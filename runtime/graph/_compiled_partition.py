@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from .._engine import Engine
 from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
@@ -25,7 +26,7 @@ from ._op import Op
 from ._tensor import Tensor
 
 if TYPE_CHECKING:
-    from .._engine import Engine
+    # Annotations only: a partition compiles into this module's CompiledPartition.
     from ._partition import Partition
 
 @attrs.frozen

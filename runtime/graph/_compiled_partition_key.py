@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._engine import Engine
 from .._values._keys import EngineIdentity
 from ._logical_tensor import LogicalTensor
+from ._op import Op
 
 if TYPE_CHECKING:
-    from .._engine import Engine
-    from ._op import Op
+    # Annotations only: partitions compile through the cache, which builds keys of them.
     from ._partition import Partition
 
 

@@ -22,6 +22,7 @@ import attrs
 
 from ._logical_tensor import LogicalTensor
 from ._op import Op
+from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
 
 # Anchors whose primitives take post-ops, with how their dst relates to the graph's output:
 # the same dims, or (for NXC data) a channels-first view of them.
@@ -66,9 +67,6 @@ def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 
 def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
     """``{anchor op id: Chain}`` for the partition's ``ops`` (topological order)."""
-    from ._lowering import _UNARY
-    from ._reference import eltwise_parameters
-
     position = {op.id: i for i, op in enumerate(ops)}
     producer = {lt.id: op for op in ops for lt in op.outputs}
     consumers: dict[int, list[Op]] = {}
@@ -112,7 +110,7 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
             if len(readers) != 1:
                 break
             link = readers[0]
-            if link.kind in _UNARY:
+            if link.kind in UNARY_ELTWISE_KINDS:
                 alg, alpha, beta = eltwise_parameters(link.kind, link.attrs)
                 entries.append(("eltwise", alg, alpha, beta))
             elif link.kind == "BiasAdd" and anchor.kind in ("MatMul", "Convolution") and not entries \

@@ -7,6 +7,8 @@ import attrs
 from .._values._errors import InvalidGraphError
 from ._logical_tensor import LogicalTensor
 from ._op import Op
+from ._op_schema import check_op
+from ._partitioner import partition_graph
 
 ENGINE_KINDS = ("cpu", "gpu", "any")
 FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
@@ -51,8 +53,6 @@ class Graph:
 
     def add_op(self, op: Op) -> None:
         """Add ``op`` after checking it; nothing is added when a check fails."""
-        from ._op_schema import check_op
-
         if self._partitioned:
             raise InvalidGraphError(
                 f"op {getattr(op, 'id', op)!r} added after get_partitions(); build a new graph"
@@ -172,8 +172,6 @@ class Graph:
         each op in its own partition. Unsupported ops (Wildcard, or kinds without a lowering)
         get unsupported partitions of their own.
         """
-        from ._partitioner import partition_graph
-
         if policy not in POLICIES:
             raise InvalidGraphError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
         if not self._finalized:

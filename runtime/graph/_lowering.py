@@ -35,8 +35,7 @@ from .._sdpa_desc import SdpaDesc
 from .._sum_concat_desc import ConcatDesc
 from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
 from ._op import Op
-from ._op_schema import OP_SCHEMAS
-from ._reference import eltwise_parameters
+from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
 
 
 @attrs.frozen
@@ -276,15 +275,13 @@ def _as_dims(b: Builder, op: Op, view: View, dims: tuple[int, ...]) -> View:
 
 # -- eltwise and binary ----------------------------------------------------------------------
 
-# Unary eltwise ops and their kernel algorithm: the mapping the numpy reference uses too
-# (_reference.eltwise_parameters), so the lowering and the check cannot disagree.
-_UNARY = frozenset(kind for kind, schema in OP_SCHEMAS.items() if schema.unary_elementwise)
-
 _BINARY = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div", "Maximum": "max",
            "Minimum": "min", "GreaterEqual": "ge"}
 
 
 def _lower_unary(b: Builder, op: Op) -> None:
+    # The kernel algorithm the op schema names (_op_schema.eltwise_parameters, which the numpy
+    # reference uses too), so the lowering and the check cannot disagree.
     alg, alpha, beta = eltwise_parameters(op.kind, op.attrs)
     kwargs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
     b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, **kwargs),
@@ -593,7 +590,7 @@ def _lower_gen_index(b: Builder, op: Op) -> None:
 
 
 LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
-    **{kind: _lower_unary for kind in _UNARY},
+    **{kind: _lower_unary for kind in UNARY_ELTWISE_KINDS},
     **{kind: _lower_binary for kind in _BINARY},
     "Select": _lower_select,
     "SquaredDifference": _lower_squared_difference,

@@ -63,7 +63,7 @@ class OpSchema:
     typecast), ``bias``, ``index`` and ``special`` (Wildcard, End). ``algorithm`` is the name of
     the matching algorithm of ``triodnn.kernels`` (eltwise alg, binary alg, reduction alg,
     pooling alg) where there is one; attribute-dependent eltwise parameters come from
-    ``triodnn.graph._reference.eltwise_parameters``.
+    ``eltwise_parameters`` below.
     """
 
     kind: str
@@ -280,6 +280,35 @@ RECOGNISED_NOT_RUN = (
 
 OP_SCHEMAS: dict[str, OpSchema] = _schemas()
 
+# Unary eltwise ops, each computed by one ``triodnn.kernels.eltwise`` algorithm: the lowering,
+# the fusion of post-op chains and the numpy reference all take the kernel algorithm from
+# ``eltwise_parameters``, so they cannot disagree.
+UNARY_ELTWISE_KINDS = frozenset(kind for kind, schema in OP_SCHEMAS.items() if schema.unary_elementwise)
+
+
+def eltwise_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, float | None]:
+    """``(algorithm, alpha, beta)`` of ``triodnn.kernels.eltwise`` that computes the unary op
+    ``kind`` with normalised ``attrs`` (None: the algorithm's default)."""
+    schema = schema_of(kind)
+    if not schema.unary_elementwise:
+        raise InvalidGraphError(f"{kind} is not a unary elementwise op")
+    if kind == "GELU":
+        return attrs.get("mode", "gelu_erf"), None, None
+    if kind == "LeakyReLU":
+        return "leaky_relu", attrs["alpha"], None
+    if kind == "Elu":
+        return "elu", attrs["alpha"], None
+    if kind == "Clamp":
+        return "clip", attrs["min"], attrs["max"]
+    if kind == "HardSigmoid":
+        return "hardsigmoid", attrs["alpha"], attrs["beta"]
+    if kind == "SoftPlus":
+        # oneDNN Graph: log(1 + exp(beta * x)) / beta, the kernels' soft_relu with alpha = beta.
+        return "soft_relu", attrs.get("beta", 1.0), None
+    if kind == "Pow":
+        return "pow", 1.0, attrs["beta"]
+    return schema.algorithm, None, None
+
 
 # -- checking -------------------------------------------------------------------------------
 
@@ -460,6 +489,6 @@ def is_known_kind(kind: str) -> bool:
 
 
 __all__ = [
-    "ATTR_TYPES", "AttrSpec", "OpSchema", "OP_SCHEMAS", "UNBOUNDED", "check_op",
-    "normalize_attrs", "schema_of", "is_known_kind",
+    "ATTR_TYPES", "AttrSpec", "OpSchema", "OP_SCHEMAS", "UNARY_ELTWISE_KINDS", "UNBOUNDED",
+    "check_op", "eltwise_parameters", "normalize_attrs", "schema_of", "is_known_kind",
 ]

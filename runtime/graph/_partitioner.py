@@ -12,18 +12,30 @@ unsupported partition of their own, so a graph always partitions completely.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ._logical_tensor import LogicalTensor
+from ._lowering import is_supported
+from ._op import Op
 from ._partition import Partition
 
-if TYPE_CHECKING:
-    from ._graph import Graph
-    from ._op import Op
+
+class DataFlow(Protocol):
+    """What the partitioner reads of a graph: a finalized ``Graph`` is one (the graph calls the
+    partitioner, so it is not imported here)."""
+
+    engine_kind: str
+    fpmath_mode: str
+
+    @property
+    def ops(self) -> list[Op]: ...
+
+    def producer(self, lt_id: int) -> Op | None: ...
+
+    def consumers(self, lt_id: int) -> list[Op]: ...
 
 
-def partition_graph(graph: Graph, policy: str) -> list[Partition]:
-    from ._lowering import is_supported
-
+def partition_graph(graph: DataFlow, policy: str) -> list[Partition]:
     order = [op for op in graph.ops if op.kind != "End"]
     group_of: dict[int, int] = {}          # id(op) -> group key
     members: dict[int, list[Op]] = {}      # group key -> ops
@@ -90,8 +102,32 @@ def partition_graph(graph: Graph, policy: str) -> list[Partition]:
     partitions = []
     for pid, key in enumerate(groups):
         ops = sorted(members[key], key=lambda o: position[id(o)])
-        partitions.append(Partition._from_ops(pid, ops, graph, supported[key]))
+        partitions.append(_partition(pid, ops, graph, supported[key]))
     return partitions
+
+
+def _partition(pid: int, ops: list[Op], graph: DataFlow, supported: bool) -> Partition:
+    """The partition of ``ops`` (in order), with its ports as ``graph`` connects them."""
+    inside = {id(op) for op in ops}
+    produced = {lt.id: lt for op in ops for lt in op.outputs}
+    inputs: dict[int, LogicalTensor] = {}
+    for op in ops:
+        for lt in op.inputs:
+            if lt.id not in produced:
+                inputs.setdefault(lt.id, lt)
+    outputs = []
+    for lt_id, lt in produced.items():
+        consumers = graph.consumers(lt_id)
+        # No consumer, an End op (oneDNN's way to mark a graph output), or one outside.
+        if not consumers or any(c.kind == "End" or id(c) not in inside for c in consumers):
+            outputs.append(lt)
+    shared = frozenset(
+        lt_id for lt_id in inputs
+        if any(id(c) not in inside for c in graph.consumers(lt_id) if c.kind != "End")
+        or any(c.kind == "End" for c in graph.consumers(lt_id))
+    )
+    return Partition(pid, tuple(ops), tuple(inputs.values()), tuple(outputs), supported,
+                     graph.engine_kind, graph.fpmath_mode, shared_inputs=shared)
 
 
 def _topological_groups(members, successors, position) -> list[int]:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 import numpy as np
 
+from .._engine import Engine
 from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from .._memory import Memory
 from ._logical_tensor import LogicalTensor
-
-if TYPE_CHECKING:
-    from .._engine import Engine
 
 
 @attrs.define(eq=False)

@@ -346,7 +346,7 @@ async def run_single_partition(engine, g: Graph, arrays: dict) -> dict:
 
 
 async def test_group_norm_nxc_with_affine(engine, rng):
-    from triodnn.graph._reference import reference
+    from triodnn.testing import reference
 
     x = rng.uniform(-2, 2, (2, 5, 5, 8)).astype(np.float32)
     gamma, beta = rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.uniform(-1, 1, 8).astype(np.float32)

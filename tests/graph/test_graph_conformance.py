@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from triodnn._cli import main
-from triodnn.graph._driver import run_case
+from triodnn.testing import run_case
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT.parent / "shared" / "graphs" / "public"

@@ -15,14 +15,20 @@ import numpy as np
 import pytest
 
 from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, UnsupportedError
-from triodnn.graph._filling import ROLES, fill_input, narrowest_dtype, tolerance
-from triodnn.graph._op_schema import OP_SCHEMAS, UNBOUNDED, AttrSpec, check_op, normalize_attrs
-from triodnn.graph._reference import eltwise_parameters, reference, to_dtype_values
+from triodnn.graph._op_schema import (
+    OP_SCHEMAS,
+    UNBOUNDED,
+    AttrSpec,
+    check_op,
+    eltwise_parameters,
+    normalize_attrs,
+)
 from triodnn.graph._shape_inference import (
     auto_pads,
     infer_output_shapes,
     spatial_geometry,
 )
+from triodnn.testing import ROLES, fill_input, narrowest_dtype, reference, tolerance, to_dtype_values
 
 PUBLIC_GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 INT64_MIN = -(2**63)

@@ -26,7 +26,7 @@ from triodnn.graph import (
     compile_graph,
     load,
 )
-from triodnn.graph._driver import make_inputs, run_graph
+from triodnn.testing import make_inputs, run_graph
 
 PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 PUBLIC_CASES = sorted(PUBLIC.glob("*.json")) if PUBLIC.is_dir() else []
@@ -426,7 +426,8 @@ async def test_pipeline_yields_in_input_order(engine):
     slow = await compile_graph(branchy_graph(), engine, policy="debug")
     stream = await engine.stream(StreamFlags.out_of_order)
     n = 12
-    got = [out async for out in runner.map(({0: request_value(i)} for i in range(n)), stream=stream)]
+    async with runner.map(({0: request_value(i)} for i in range(n)), stream=stream) as results:
+        got = [out async for out in results]
     for i, out in enumerate(got):
         for k, want in wildcard_reference(request_value(i)).items():
             np.testing.assert_allclose(out[k], want, rtol=1e-6, atol=1e-6)
@@ -448,8 +449,9 @@ async def test_pipeline_yields_in_input_order(engine):
     g2.add_op(Op(0, "Wildcard", [f32(0, [4, 8])], [f32(1, [4, 8])]))
     g2.add_op(Op(1, "ReLU", [f32(1, [4, 8])], [f32(2, [4, 8])]))
     jitter = await compile_graph(g2, engine, policy="debug", handlers={"Wildcard": jittery})
-    outs = [o async for o in jitter.map([{0: request_value(i)} for i in range(n)], stream=stream,
-                                       max_in_flight=6)]
+    async with jitter.map([{0: request_value(i)} for i in range(n)], stream=stream,
+                          max_in_flight=6) as results:
+        outs = [o async for o in results]
     for i, out in enumerate(outs):
         np.testing.assert_array_equal(out[2], np.maximum(request_value(i) * 2, 0))
 
@@ -485,8 +487,9 @@ async def test_pipeline_error_comes_in_order_and_frees_everything(engine):
     inputs = [{0: request_value(i)} for i in range(3)] + [{0: np.zeros((2, 2), np.float32)}]
     got = []
     with pytest.raises(ArgumentMismatchError, match=r"inputs\[0\] has shape \(2, 2\)"):
-        async for out in runner.map(inputs + inputs, stream=stream, max_in_flight=2):
-            got.append(out)
+        async with runner.map(inputs + inputs, stream=stream, max_in_flight=2) as results:
+            async for out in results:
+                got.append(out)
     assert len(got) == 3
     await stream.wait()
     assert live(engine) == before and runner.statistics().live_buffers == 0
@@ -520,8 +523,12 @@ def blocking_graph() -> Graph:
     return g
 
 
-@pytest.mark.parametrize("how", ["break-in-async-with", "break-bare", "cancel-scope", "aclose"])
+@pytest.mark.parametrize("how", ["break", "raise", "cancel-inside", "cancel-outside", "aclose",
+                                 "bare-async-for"])
 async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
+    """However the ``async with`` block ends, the pipeline's nursery is closed when it exits:
+    no input is pulled afterwards, no request, task or buffer is left, and an error raised in
+    the block comes out as itself."""
     async def stuck_after_two(a):             # requests 2.. never finish on their own
         if a.max() > 3.5:         # request_value(8 * i) peaks at (15 + 8 i) / 8
             await trio.sleep_forever()
@@ -529,6 +536,9 @@ async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
 
     def tasks() -> int:
         return trio.lowlevel.current_statistics().tasks_living
+
+    class Stop(Exception):
+        pass
 
     with trio.fail_after(60):
         async with triodnn.open_runtime() as rt:
@@ -547,8 +557,9 @@ async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
                     yield {0: request_value(8 * i)}
 
             got = []
-            if how == "break-in-async-with":
-                async with runner.map(source(), stream=stream, max_in_flight=4) as results:
+            pipeline = runner.map(source(), stream=stream, max_in_flight=4)
+            if how == "break":
+                async with pipeline as results:
                     async for out in results:
                         got.append(out)
                         if len(got) == 1:
@@ -556,33 +567,69 @@ async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
                             assert runner.statistics().live_buffers > 0
                         if len(got) == 2:
                             break
-            elif how == "break-bare":
-                async for out in runner.map(source(), stream=stream, max_in_flight=4):
-                    got.append(out)
-                    if len(got) == 2:
-                        break
-                # The dropped pipeline is cancelled from its finalizer, one scheduler pass on.
-                await settle(lambda: tasks() == baseline_tasks)
-            elif how == "cancel-scope":
+            elif how == "raise":
+                with pytest.raises(Stop):                 # itself, not in an exception group
+                    async with pipeline as results:
+                        async for out in results:
+                            got.append(out)
+                            if len(got) == 2:
+                                await settle(lambda: len(pulled) == 6)
+                                raise Stop
+            elif how == "cancel-inside":
                 with trio.move_on_after(0.5) as scope:
-                    async for out in runner.map(source(), stream=stream, max_in_flight=4):
-                        got.append(out)
+                    async with pipeline as results:
+                        async for out in results:
+                            got.append(out)
                 assert scope.cancelled_caught
+            elif how == "cancel-outside":
+                # Another task cancels the consumer's scope while it waits for request 2.
+                async with trio.open_nursery() as nursery:
+                    scope = trio.CancelScope()
+
+                    async def consume():
+                        with scope:
+                            async with pipeline as results:
+                                async for out in results:
+                                    got.append(out)
+
+                    nursery.start_soon(consume)
+                    await settle(lambda: len(got) == 2 and len(pulled) == 6)
+                    scope.cancel()
+                assert scope.cancelled_caught
+            elif how == "aclose":
+                async with pipeline as results:
+                    got.append(await results.__anext__())
+                    got.append(await results.__anext__())
+                    await settle(lambda: len(pulled) == 6)
+                    await results.aclose()
+                    # Closed inside the block: everything is gone already.
+                    assert runner.statistics().live_buffers == 0 and tasks() == baseline_tasks
+                    with pytest.raises(StopAsyncIteration):
+                        await results.__anext__()
             else:
-                pipeline = runner.map(source(), stream=stream, max_in_flight=4)
-                got.append(await pipeline.__anext__())
-                got.append(await pipeline.__anext__())
-                await settle(lambda: len(pulled) == 6)
-                await pipeline.aclose()
-                with pytest.raises(StopAsyncIteration):
-                    await pipeline.__anext__()
+                # No bare iteration: work that an abandoned loop started would go on unowned.
+                with pytest.raises(TypeError, match="async with runner.map"):
+                    async for out in pipeline:
+                        got.append(out)
+                assert pulled == [] and tasks() == baseline_tasks
+                got = [None, None]
             assert len(got) == 2
             assert len(pulled) <= 2 + 4
-            # Nothing left: buffers (the runner's and the engine's count), tasks, and once
-            # the device has finished what was submitted, pending completion callbacks.
+            # Nothing left the moment the block exits: buffers (the runner's and the engine's
+            # count), tasks; and once the device has finished what was submitted, pending
+            # completion callbacks.
             assert runner.statistics().live_buffers == 0
             assert live(engine) == baseline_buffers
             assert tasks() == baseline_tasks
+            stopped_at = len(pulled)
+            await trio.sleep(0.05)
+            assert len(pulled) == stopped_at          # the producer is stopped, not paused
+            if how != "bare-async-for":
+                with pytest.raises(StopAsyncIteration):
+                    await pipeline.__anext__()        # a closed pipeline ends at once
+                with pytest.raises(InvalidArgumentError, match="entered already"):
+                    async with pipeline:
+                        pass
             await stream.wait()
             await settle(lambda: rt.statistics().pending == 0)
         # ...and the runtime has closed cleanly (inside fail_after).

@@ -23,7 +23,7 @@ import pytest
 
 from triodnn import LayerNormDesc, MemoryDesc, RMSNormDesc, SoftmaxDesc
 from triodnn._values._dtypes import from_storage, to_storage
-from triodnn.kernels import KernelConfig, _dtype_io, normalization, select_config, softmax, tolerance
+from triodnn.kernels import KernelConfig, _dtype_io, generate, normalization, select_config, softmax, tolerance
 
 CPU = select_config("cpu", 4096)
 GPU = select_config("gpu", 256)
@@ -307,11 +307,11 @@ async def test_rms_norm(gpu_engine_shape, rng, case):
 
 def test_impl_names_the_path():
     def softmax_impl(dims, axis=-1, config=GPU, strides=None):
-        return SoftmaxDesc("softmax", MemoryDesc(dims, "f32", strides), axis=axis).generate(config).impl
+        return generate(SoftmaxDesc("softmax", MemoryDesc(dims, "f32", strides), axis=axis), config).impl
 
     def layer_impl(dims, config=GPU, rms=False):
         desc = RMSNormDesc(MemoryDesc(dims)) if rms else LayerNormDesc(MemoryDesc(dims))
-        return desc.generate(config).impl
+        return generate(desc, config).impl
 
     # The benchmark shapes: softmax 4096x4096 and layer norm 8x384x1024 on the GPU configuration.
     assert softmax_impl((4096, 4096)) == "ocl:wg_row:l256r16"
@@ -336,10 +336,10 @@ def test_impl_names_the_path():
     assert softmax_impl((5, 37), config=CPU) == "ocl:row:v1l16"
     assert layer_impl((8, 384, 1024), config=CPU) == "ocl:row:v16l16"  # the float16 row path
     # The launch: one work-group per row.
-    spec = SoftmaxDesc("softmax", MemoryDesc((10, 4096))).generate(GPU)
+    spec = generate(SoftmaxDesc("softmax", MemoryDesc((10, 4096))), GPU)
     assert spec.global_size == (10 * 256,) and spec.local_size == (256,)
     assert "barrier(CLK_LOCAL_MEM_FENCE)" in spec.source and "reqd_work_group_size(256, 1, 1)" in spec.source
-    spec = SoftmaxDesc("softmax", MemoryDesc((10, 384))).generate(GPU)
+    spec = generate(SoftmaxDesc("softmax", MemoryDesc((10, 384))), GPU)
     assert spec.global_size == (10 * 32,) and spec.local_size == (32,)
 
 
@@ -348,7 +348,7 @@ def test_local_memory_stays_within_two_arrays_of_the_work_group():
     for desc in (SoftmaxDesc("logsoftmax", MemoryDesc((3, 90000))),
                  LayerNormDesc(MemoryDesc((3, 9000)), mean=MemoryDesc((3,))),
                  RMSNormDesc(MemoryDesc((3, 384)))):
-        spec = desc.generate(select_config("gpu", 1024))
+        spec = generate(desc, select_config("gpu", 1024))
         sizes = [int(v) for v in re.findall(r"__local float \w+\[(\d+)\];", spec.source)]
         assert len(sizes) == 2 and all(v == spec.local_size[0] <= 256 for v in sizes), sizes
 
@@ -356,7 +356,7 @@ def test_local_memory_stays_within_two_arrays_of_the_work_group():
 def test_all_f32_gpu_kernels_have_no_conversion_helpers():
     for desc in (SoftmaxDesc("softmax", MemoryDesc((3, 384)), post_ops=(("sum", 1.0),)),
                  LayerNormDesc(MemoryDesc((3, 384)), scale=MemoryDesc((384,)))):
-        source = desc.generate(GPU).source
+        source = generate(desc, GPU).source
         for helper in ("load_", "store_", "vload_half", "ushort"):
             assert helper not in source
 
@@ -364,5 +364,5 @@ def test_all_f32_gpu_kernels_have_no_conversion_helpers():
 def test_post_op_operand_names_survive_the_work_group_path():
     chain = (("binary", "add", MemoryDesc((1, 384))),)
     desc = SoftmaxDesc("softmax", MemoryDesc((3, 384)), post_ops=chain, output_scale=2.0)
-    spec = desc.generate(GPU)
+    spec = generate(desc, GPU)
     assert spec.arg_names == tuple(desc.arg_descs) == ("src", "post_op_0_src1", "dst")

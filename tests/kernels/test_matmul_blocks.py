@@ -14,7 +14,7 @@ import pytest
 
 import triodnn
 from triodnn import MemoryDesc
-from triodnn._matmul_desc import MatmulDesc
+from triodnn._values._matmul_desc import MatmulDesc
 from triodnn.kernels import _post_ops, matmul
 
 
@@ -97,8 +97,8 @@ async def test_batch_broadcast_with_transposed_weights(engine, rng):
 @pytest.mark.parametrize("m, n, batch", [(1024, 1024, 1), (64, 64, 1), (8, 1024, 1), (64, 64, 16), (3, 3, 1)])
 def test_work_split_keeps_both_cores_busy(m, n, batch):
     """Rows per work-item shrink (down to one micro-tile) until there are 8 work-items."""
-    spec = MatmulDesc(MemoryDesc((batch, m, 128)), MemoryDesc((batch, 128, n))).generate(
-        triodnn.kernels.select_config("cpu", 4096))
+    spec = matmul.generate(MatmulDesc(MemoryDesc((batch, m, 128)), MemoryDesc((batch, 128, n))),
+                           triodnn.kernels.select_config("cpu", 4096))
     items = spec.global_size[0] * spec.global_size[1] * spec.global_size[2]
     tm = int(spec.impl.split(":")[2].split("x")[0])
     rows = int(spec.impl.split(":m")[1].split(":")[0])

@@ -179,9 +179,8 @@ async def test_every_tile_configuration(engine, rng, tile):
                     f"the device offers {engine.info.local_mem_size}")
     k = 70 if matmul_gpu.TILES[tile].ks == 1 else 128
     a, w, bias = ints(rng, (2, 150, k)), ints(rng, (k, 140)), ints(rng, (1, 140))
-    spec = matmul_gpu.generate(src_dims=a.shape, src_strides=(150 * k, k, 1), wei_dims=w.shape,
-                               wei_strides=(140, 1), dst_strides=(150 * 140, 140, 1), bias_dims=bias.shape,
-                               bias_strides=(140, 1), config=GPU, tile=tile)
+    desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), bias=MemoryDesc(bias.shape))
+    spec = matmul_gpu.generate(desc, GPU, tile=tile)
     assert spec.impl == f"ocl:gemm_tiled:{matmul_gpu.TILES[tile].name}"
     got = run_spec(engine, spec, {"src": a, "weights": w, "bias": bias}, (2, 150, 140))
     np.testing.assert_array_equal(got, matmul.reference(a, w, bias))
@@ -189,26 +188,26 @@ async def test_every_tile_configuration(engine, rng, tile):
 
 def test_dispatch_and_impl_names():
     big = MatmulDesc(MemoryDesc((4096, 4096)), MemoryDesc((4096, 4096)))
-    assert big.generate(GPU).impl == "ocl:gemm_tiled:128x128x8:r8x8:l16x16"
-    assert big.generate(GPU).local_size == (256, 1, 1)
-    small = MatmulDesc(MemoryDesc((128, 128)), MemoryDesc((128, 128))).generate(GPU)
+    assert matmul.generate(big, GPU).impl == "ocl:gemm_tiled:128x128x8:r8x8:l16x16"
+    assert matmul.generate(big, GPU).local_size == (256, 1, 1)
+    small = matmul.generate(MatmulDesc(MemoryDesc((128, 128)), MemoryDesc((128, 128))), GPU)
     assert small.impl == "ocl:gemm_tiled:32x32x16:r4x4:l8x8:s4"
     assert small.local_size == (256, 1, 1)
     # M = 64 (an MLP's rows): K split 4 ways inside the work-group where K is whole slabs per split
-    mlp = MatmulDesc(MemoryDesc((64, 1024)), MemoryDesc((1024, 1024))).generate(GPU)
+    mlp = matmul.generate(MatmulDesc(MemoryDesc((64, 1024)), MemoryDesc((1024, 1024))), GPU)
     assert mlp.impl == "ocl:gemm_tiled:32x32x16:r4x4:l8x8:s4" and mlp.global_size == (32 * 256, 2, 1)
     # K = 1000 does not split into 4 x 16: unsplit small tiles, the most work-groups among them
-    odd = MatmulDesc(MemoryDesc((64, 1000)), MemoryDesc((1000, 1000))).generate(GPU)
+    odd = matmul.generate(MatmulDesc(MemoryDesc((64, 1000)), MemoryDesc((1000, 1000))), GPU)
     assert odd.impl == "ocl:gemm_tiled:32x32x32:r4x4:l8x8"
-    mid = MatmulDesc(MemoryDesc((1024, 1024)), MemoryDesc((1024, 1024))).generate(GPU)
+    mid = matmul.generate(MatmulDesc(MemoryDesc((1024, 1024)), MemoryDesc((1024, 1024))), GPU)
     assert mid.impl.startswith("ocl:gemm_tiled:128x64x16:r8x8")
     # Narrow or small dst, or a CPU configuration: the existing kernels.
-    assert MatmulDesc(MemoryDesc((16, 64)), MemoryDesc((64, 512))).generate(GPU).impl.startswith("ocl:regblock:4x4")
-    assert MatmulDesc(MemoryDesc((40, 64)), MemoryDesc((64, 40))).generate(GPU).impl.startswith("ocl:regblock:4x4")
+    assert matmul.generate(MatmulDesc(MemoryDesc((16, 64)), MemoryDesc((64, 512))), GPU).impl.startswith("ocl:regblock:4x4")
+    assert matmul.generate(MatmulDesc(MemoryDesc((40, 64)), MemoryDesc((64, 40))), GPU).impl.startswith("ocl:regblock:4x4")
     narrow = KernelConfig(vector_width=1, local_size=16)
-    assert MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))).generate(narrow).impl.startswith("ocl:regblock:4x4")
+    assert matmul.generate(MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))), narrow).impl.startswith("ocl:regblock:4x4")
     cpu = KernelConfig(vector_width=16, local_size=16)
-    assert MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))).generate(cpu).impl.startswith("ocl:regblock:6x64")
+    assert matmul.generate(MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256))), cpu).impl.startswith("ocl:regblock:6x64")
 
 
 async def test_k_split_tiles_through_primitives(gpu_shaped, rng):
@@ -238,28 +237,27 @@ async def test_k_split_tiles_through_primitives(gpu_shaped, rng):
 
 def test_k_split_tile_refuses_a_k_it_cannot_split():
     with pytest.raises(ValueError, match="needs K a multiple of 64"):
-        matmul_gpu.generate(src_dims=(64, 96), src_strides=(96, 1), wei_dims=(96, 64), wei_strides=(64, 1),
-                            dst_strides=(64, 1), config=GPU, tile="32x32x16:r4x4:s4")
+        matmul_gpu.generate(MatmulDesc(MemoryDesc((64, 96)), MemoryDesc((96, 64))), GPU, tile="32x32x16:r4x4:s4")
 
 
 def test_wide_loads_only_where_aligned():
     """float4 global loads and stores appear exactly where strides and extents allow them."""
     def source(src_dims, src_strides, wei_dims, wei_strides, dst_strides):
-        return matmul_gpu.generate(src_dims=src_dims, src_strides=src_strides, wei_dims=wei_dims,
-                                   wei_strides=wei_strides, dst_strides=dst_strides, config=GPU).source
+        desc = MatmulDesc(MemoryDesc(src_dims, "f32", src_strides), MemoryDesc(wei_dims, "f32", wei_strides),
+                          MemoryDesc((src_dims[0], wei_dims[1]), "f32", dst_strides))
+        return matmul_gpu.generate(desc, GPU).source
 
     aligned = source((256, 64), (64, 1), (64, 256), (256, 1), (256, 1))
     assert "(__global const float4*)(src" in aligned and "(__global const float4*)(wei" in aligned and "(__global float4*)" in aligned
     odd = source((256, 65), (65, 1), (65, 258), (258, 1), (258, 1))
     assert "(__global const float4*)" not in odd and "(__global float4*)" not in odd
     # bf16 loads as ushort4 where aligned
-    bf16 = matmul_gpu.generate(src_dims=(256, 64), src_strides=(64, 1), wei_dims=(64, 256), wei_strides=(256, 1),
-                               dst_strides=(256, 1), config=GPU, src_dtype="bf16", wei_dtype="bf16").source
+    bf16_desc = MatmulDesc(MemoryDesc((256, 64), "bf16"), MemoryDesc((64, 256), "bf16"), MemoryDesc((256, 256)))
+    bf16 = matmul_gpu.generate(bf16_desc, GPU).source
     assert "(__global const ushort4*)(src" in bf16 and "(__global const ushort4*)(wei" in bf16
 
 
 def test_bad_tile_is_refused():
     with pytest.raises(ValueError, match="does not fit"):
-        matmul_gpu.generate(src_dims=(64, 64), src_strides=(64, 1), wei_dims=(64, 64), wei_strides=(64, 1),
-                            dst_strides=(64, 1), config=GPU, tile="128x128x6:r8x8")
+        matmul_gpu.generate(MatmulDesc(MemoryDesc((64, 64)), MemoryDesc((64, 64))), GPU, tile="128x128x6:r8x8")
 

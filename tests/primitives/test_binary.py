@@ -280,12 +280,13 @@ async def test_select_arguments(engine, upload):
 
 
 def test_generator_and_reference_check_src2():
+    # The generator takes a descriptor, which refuses a missing or extra src2 before any source.
     config = KernelConfig(vector_width=4, local_size=4)
-    common = dict(src0_dims=(4,), src0_strides=(1,), src1_dims=(4,), src1_strides=(1,), dst_strides=(1,))
+    d = MemoryDesc((4,))
     with pytest.raises(ValueError, match="src2"):
-        binary.generate("select", **common, config=config)
+        binary.generate(BinaryDesc("select", d, d), config)
     with pytest.raises(ValueError, match="src2"):
-        binary.generate("add", **common, src2_dims=(4,), src2_strides=(1,), config=config)
+        binary.generate(BinaryDesc("add", d, d, src2=d), config)
     with pytest.raises(ValueError, match="src2"):
         binary.reference("select", np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError, match="src2"):

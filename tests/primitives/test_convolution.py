@@ -11,7 +11,7 @@ import pytest
 
 import triodnn
 from triodnn import MemoryDesc
-from triodnn._convolution_desc import ConvolutionDesc
+from triodnn._values._convolution_desc import ConvolutionDesc
 from triodnn.kernels import convolution, select_config, tolerance
 
 
@@ -128,7 +128,7 @@ def test_parameters_resolve_to_tuples_and_one_descriptor():
     assert a == b and hash(a) == hash(b)
     assert a.dst.dims == (1, 3, 3, 3) and a.padding_r == (1, 1) and a.dilation == (1, 1)
     assert a.kind == "convolution" and tuple(a.arg_descs) == ("src", "weights", "dst")
-    spec = a.generate(select_config("cpu", 4096))
+    spec = convolution.generate(a, select_config("cpu", 4096))
     assert spec.arg_names == ("src", "weights", "dst") and spec.impl.startswith("ocl:direct")
 
 
@@ -136,14 +136,14 @@ def test_cpu_path_choice():
     """Contiguous W, stride 1, OW >= 16: row vectors; NHWC src or W stride 2 or OW < 16: per-position."""
     cpu = select_config("cpu", 4096)
     resnet = ConvolutionDesc(MemoryDesc((1, 64, 56, 56)), MemoryDesc((64, 64, 3, 3)), padding_l=1)
-    assert resnet.generate(cpu).impl.startswith("ocl:direct:row16:oc16")
+    assert convolution.generate(resnet, cpu).impl.startswith("ocl:direct:row16:oc16")
     for desc in (
         ConvolutionDesc(MemoryDesc((1, 64, 56, 56), "f32", "nhwc"), MemoryDesc((64, 64, 3, 3)), padding_l=1),
         ConvolutionDesc(MemoryDesc((1, 64, 56, 56)), MemoryDesc((64, 64, 3, 3)), strides=2, padding_l=1),
         ConvolutionDesc(MemoryDesc((1, 64, 15, 15)), MemoryDesc((64, 64, 3, 3)), padding_l=1),
     ):
-        assert desc.generate(cpu).impl.startswith("ocl:direct:oc")
-    assert resnet.generate(select_config("gpu", 1024)).impl.startswith("ocl:direct:oc4")
+        assert convolution.generate(desc, cpu).impl.startswith("ocl:direct:oc")
+    assert convolution.generate(resnet, select_config("gpu", 1024)).impl.startswith("ocl:direct:oc4")
 
 
 async def test_one_primitive_reused(engine, build, rng):

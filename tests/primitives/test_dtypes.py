@@ -17,7 +17,8 @@ import pytest
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc
 from triodnn._values._dtypes import from_storage, to_storage
-from triodnn._sum_concat_desc import ConcatDesc, SumDesc
+from triodnn._values._concat_desc import ConcatDesc
+from triodnn._values._sum_desc import SumDesc
 from triodnn.kernels import _dtype_io, _post_ops, binary, concat, eltwise, select_config, tolerance
 from triodnn.kernels import sum as sum_kernels
 
@@ -144,7 +145,7 @@ def eltwise_values(rng, alg: str, dtype: str) -> np.ndarray:
 async def test_eltwise_converts_storage(engine, rng, alg, src_dtype, dst_dtype):
     x = eltwise_values(rng, alg, src_dtype)
     desc = EltwiseDesc(alg, MemoryDesc(SHAPE, src_dtype), MemoryDesc(SHAPE, dst_dtype))
-    assert desc.generate(CPU).impl.startswith("ocl:flat:v16")  # non-f32 keeps the flat path
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:flat:v16")  # non-f32 keeps the flat path
     got = await execute(engine, desc, {"src": x})
     ref = eltwise.reference(alg, x)
     check_stored(got, ref, tolerance.eltwise(alg), dst_dtype)
@@ -158,7 +159,7 @@ async def test_eltwise_strided_between_storage_types(engine, rng):
     shape = (2, 3, 4, 5)
     x = values(rng, "bf16", shape)
     desc = EltwiseDesc("gelu_tanh", MemoryDesc(shape, "bf16", "nhwc"), MemoryDesc(shape, "f16", (80, 20, 5, 1)))
-    assert desc.generate(CPU).impl.startswith("ocl:strided")
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:strided")
     got = await execute(engine, desc, {"src": x})
     check_stored(got, eltwise.reference("gelu_tanh", x), tolerance.eltwise("gelu_tanh"), "f16")
 
@@ -207,7 +208,7 @@ async def test_binary_add_of_mixed_storage_types(engine, rng, case):
     d0, d1 = MemoryDesc(dims0, t0), MemoryDesc(dims1, t1)
     dims = tuple(np.broadcast_shapes(dims0, dims1))
     desc = BinaryDesc("add", d0, d1, MemoryDesc(dims, dst_dtype))
-    assert desc.generate(CPU).impl.startswith(f"ocl:{path}")
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith(f"ocl:{path}")
     got = await execute(engine, desc, {"src0": a, "src1": b})
     check_stored(got, binary.reference("add", a, b), tolerance.binary("add"), dst_dtype)
 
@@ -235,7 +236,7 @@ async def test_select_with_a_broadcast_boolean_attention_mask(engine, rng):
         "select", MemoryDesc(shape, "bf16"), MemoryDesc((1,)), MemoryDesc(shape, "bf16"),
         src2=MemoryDesc((1, 1, 1, n), "boolean"),
     )
-    assert desc.generate(CPU).impl.startswith("ocl:broadcast")
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:broadcast")
     got = await execute(engine, desc, {"src0": scores, "src1": fill, "src2": mask})
     np.testing.assert_array_equal(got, np.where(mask, scores, -np.inf).astype(np.float32))
     np.testing.assert_array_equal(got, binary.reference("select", scores, fill, mask, dst_dtype="bf16"))
@@ -249,7 +250,7 @@ async def test_select_condition_of_any_type(engine, rng, cond_dtype):
         "select", MemoryDesc(SHAPE, "f16"), MemoryDesc(SHAPE, "s8"), MemoryDesc(SHAPE, "f32"),
         src2=MemoryDesc(SHAPE, cond_dtype),
     )
-    assert desc.generate(CPU).impl.startswith("ocl:flat")
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:flat")
     got = await execute(engine, desc, {"src0": a, "src1": b, "src2": cond})
     np.testing.assert_array_equal(got, np.where(cond != 0, a.astype(np.float32), b.astype(np.float32)))
 
@@ -262,7 +263,7 @@ async def test_sum_of_bf16_inputs_with_scales(engine, rng, dst_dtype, dst_stride
     arrays = [values(rng, "bf16", SHAPE, -1.0, 1.0) for _ in range(3)]
     scales = (0.5, -1.25, 2.0)
     desc = SumDesc(tuple(MemoryDesc(SHAPE, "bf16") for _ in arrays), scales, MemoryDesc(SHAPE, dst_dtype, dst_strides))
-    assert desc.generate(CPU).impl.startswith("ocl:flat" if dst_strides is None else "ocl:strided")
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:flat" if dst_strides is None else "ocl:strided")
     got = await execute(engine, desc, {f"src{i}": a for i, a in enumerate(arrays)})
     check_stored(got, sum_kernels.reference(arrays, scales), sum_kernels.threshold(3), dst_dtype)
     if dst_dtype == "bf16":
@@ -332,7 +333,7 @@ def test_every_storage_type_generates_for_each_kind():
     for src in _dtype_io.DTYPES:
         for dst in _dtype_io.DTYPES:
             for md_dst in (MemoryDesc((4, 5), dst), MemoryDesc((4, 5), dst, "ba")):
-                EltwiseDesc("relu", MemoryDesc((4, 5), src), md_dst).generate(CPU)
-                BinaryDesc("add", MemoryDesc((4, 5), src), MemoryDesc((5,), dst), md_dst).generate(CPU)
-                SumDesc((MemoryDesc((4, 5), src), MemoryDesc((4, 5), dst)), None, md_dst).generate(CPU)
-                ConcatDesc((MemoryDesc((4, 5), src), MemoryDesc((4, 5), dst)), 0).generate(CPU)
+                triodnn.kernels.generate(EltwiseDesc("relu", MemoryDesc((4, 5), src), md_dst), CPU)
+                triodnn.kernels.generate(BinaryDesc("add", MemoryDesc((4, 5), src), MemoryDesc((5,), dst), md_dst), CPU)
+                triodnn.kernels.generate(SumDesc((MemoryDesc((4, 5), src), MemoryDesc((4, 5), dst)), None, md_dst), CPU)
+                triodnn.kernels.generate(ConcatDesc((MemoryDesc((4, 5), src), MemoryDesc((4, 5), dst)), 0), CPU)

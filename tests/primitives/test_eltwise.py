@@ -218,10 +218,11 @@ def test_bad_parameters(alg, params, match):
 
 
 def test_generator_rejects_zero_alpha_for_soft_relu():
+    # The generator takes a descriptor, which refuses the alpha before any source exists.
     with pytest.raises(ValueError, match="alpha"):
         eltwise.generate(
-            "soft_relu", dims=(4,), src_strides=(1,), dst_strides=(1,), alpha=0.0,
-            config=KernelConfig(vector_width=4, local_size=4),
+            EltwiseDesc("soft_relu", MemoryDesc((4,)), alpha=0.0),
+            KernelConfig(vector_width=4, local_size=4),
         )
 
 

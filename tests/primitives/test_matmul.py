@@ -11,7 +11,7 @@ import pytest
 
 import triodnn
 from triodnn import MemoryDesc
-from triodnn._matmul_desc import MatmulDesc
+from triodnn._values._matmul_desc import MatmulDesc
 from triodnn.kernels import matmul, tolerance
 
 
@@ -70,7 +70,7 @@ async def test_random_floats_within_k_scaled_tolerance(engine, rng):
 
 def test_impl_names_the_register_block():
     desc = MatmulDesc(MemoryDesc((64, 64)), MemoryDesc((64, 64)))
-    spec = desc.generate(triodnn.kernels.select_config("cpu", 4096))
+    spec = matmul.generate(desc, triodnn.kernels.select_config("cpu", 4096))
     assert spec.impl.startswith("ocl:regblock:6x64")
     assert spec.arg_names == ("src", "weights", "dst")
 

@@ -9,8 +9,8 @@ import pytest
 from test_post_ops_kinds import execute, normal, threshold
 
 from triodnn import MemoryDesc
-from triodnn._pool_norm_desc import LayerNormDesc, RMSNormDesc
-from triodnn.kernels import _post_ops, normalization, select_config, tolerance
+from triodnn._values._normalization_desc import LayerNormDesc, RMSNormDesc
+from triodnn.kernels import _post_ops, generate, normalization, select_config, tolerance
 
 CPU = select_config("cpu", 4096)
 
@@ -37,7 +37,7 @@ async def test_layer_norm_vector_path(engine, rng, case, affine):
     stats = MemoryDesc(dims[:-1])
     desc = LayerNormDesc(MemoryDesc(dims), epsilon=1e-4, scale=MemoryDesc((c,)) if affine else None,
                          shift=MemoryDesc((c,)) if affine else None, mean=stats, variance=stats)
-    assert desc.generate(CPU).impl.startswith(impl)
+    assert generate(desc, CPU).impl.startswith(impl)
     arrays = {"src": _src(rng, dims)}
     if affine:
         arrays["scale"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
@@ -55,17 +55,17 @@ async def test_layer_norm_vector_path(engine, rng, case, affine):
 
 
 def test_rows_per_work_item_and_gpu_config_unchanged():
-    short = LayerNormDesc(MemoryDesc((4096, 32))).generate(CPU)
+    short = generate(LayerNormDesc(MemoryDesc((4096, 32))), CPU)
     assert short.impl.startswith("ocl:row:v16") and "r" in short.impl.split(":")[-1][1:]
     gpu = select_config("gpu", 1024)
-    assert LayerNormDesc(MemoryDesc((8, 1024))).generate(gpu).impl.startswith("ocl:wg_row:")
-    assert RMSNormDesc(MemoryDesc((8, 16))).generate(gpu).impl == f"ocl:row:v1l{gpu.local_size}"
+    assert generate(LayerNormDesc(MemoryDesc((8, 1024))), gpu).impl.startswith("ocl:wg_row:")
+    assert generate(RMSNormDesc(MemoryDesc((8, 16))), gpu).impl == f"ocl:row:v1l{gpu.local_size}"
 
 
 @pytest.mark.parametrize("dims", [(3, 2, 48), (5, 16), (6, 24)])
 async def test_rms_norm_vector_path(engine, rng, dims):
     desc = RMSNormDesc(MemoryDesc(dims), scale=MemoryDesc((dims[-1],)))
-    assert desc.generate(CPU).impl.startswith("ocl:row:v") and not desc.generate(CPU).impl.startswith("ocl:row:v1l")
+    assert generate(desc, CPU).impl.startswith("ocl:row:v") and not generate(desc, CPU).impl.startswith("ocl:row:v1l")
     arrays = {"src": _src(rng, dims, 0.5), "scale": rng.uniform(0.5, 1.5, dims[-1]).astype(np.float32)}
     got = await execute(engine, desc, arrays)
     tolerance.check(got, normalization.rms_reference(arrays["src"], scale=arrays["scale"]), normalization.RMSNORM)
@@ -84,7 +84,7 @@ async def test_vector_path_post_ops(engine, rng, kind, operand):
     else:
         desc = RMSNormDesc(MemoryDesc(dims), scale=MemoryDesc((64,)), post_ops=chain, output_scale=0.75)
         arrays = {"src": normal(rng, dims), "scale": normal(rng, 64)}
-    assert desc.generate(CPU).impl.startswith("ocl:row:v16")
+    assert generate(desc, CPU).impl.startswith("ocl:row:v16")
     operands = {name: normal(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
     old = normal(rng, dims)
     got = await execute(engine, desc, {**arrays, **operands}, dst_init=old)

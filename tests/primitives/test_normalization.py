@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, UnsupportedError
-from triodnn._pool_norm_desc import BatchNormInferenceDesc, GroupNormDesc, LayerNormDesc, RMSNormDesc
+from triodnn._values._normalization_desc import BatchNormInferenceDesc, GroupNormDesc, LayerNormDesc, RMSNormDesc
 from triodnn.kernels import normalization, tolerance
 
 

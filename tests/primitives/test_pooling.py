@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc
-from triodnn._pool_norm_desc import PoolingDesc
-from triodnn.kernels import pooling, select_config, tolerance
+from triodnn._values._pooling_desc import PoolingDesc
+from triodnn.kernels import generate, pooling, select_config, tolerance
 
 # name: (src dims, src strides, dst strides, geometry). Odd sizes throughout; the layouts cover
 # dense NCX, channel-last (NXC) by tag, and padded strides that leave gaps.
@@ -145,5 +145,5 @@ def test_non_f32_is_supported(which):
     dst = MemoryDesc((1, 2, 2, 2), "f16" if which == "dst" else "f32")
     desc = PoolingDesc("max", src, dst, **geo)
     desc.check_supported()  # raised UnsupportedError while pooling was f32 only
-    source = desc.generate(select_config("cpu", 4096)).source
+    source = generate(desc, select_config("cpu", 4096)).source
     assert ("vload_half" if which == "src" else "vstore_half_rte") in source

@@ -11,7 +11,7 @@ import pytest
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc
-from triodnn._matmul_desc import MatmulDesc
+from triodnn._values._matmul_desc import MatmulDesc
 from triodnn.kernels import _post_ops, binary, eltwise, matmul, tolerance
 
 
@@ -83,7 +83,7 @@ async def test_eltwise_binary_mul_scalar_operand_stays_flat(engine, rng, n):
     s = np.array([2.5], np.float32)
     chain = (("binary", "mul", MemoryDesc((1,))),)
     desc = EltwiseDesc("tanh", MemoryDesc((n,)), post_ops=chain)
-    assert desc.generate(triodnn.kernels.select_config("cpu", 4096)).impl.startswith("ocl:flat")
+    assert triodnn.kernels.generate(desc, triodnn.kernels.select_config("cpu", 4096)).impl.startswith("ocl:flat")
     got = await run(engine, desc, {"src": x, "post_op_0_src1": s})
     ref = _post_ops.reference(chain, eltwise.reference("tanh", x), None, {0: s})
     tolerance.check(got, ref, tolerance.eltwise("tanh"))
@@ -94,7 +94,7 @@ async def test_eltwise_broadcast_operand_takes_the_strided_path(engine, rng):
     row = rng.standard_normal((20,)).astype(np.float32)
     chain = (("binary", "add", MemoryDesc((20,))), ("eltwise", "sigmoid"))
     desc = EltwiseDesc("relu", MemoryDesc(x.shape), post_ops=chain)
-    spec = desc.generate(triodnn.kernels.select_config("cpu", 4096))
+    spec = triodnn.kernels.generate(desc, triodnn.kernels.select_config("cpu", 4096))
     assert spec.impl.endswith(":po_bcast")
     assert spec.arg_names == ("src", "post_op_0_src1", "dst")
     got = await run(engine, desc, {"src": x, "post_op_0_src1": row})

@@ -99,7 +99,7 @@ async def test_convolution(engine, rng, case, variant):
     output_scale, chain = conv_variant(variant, plain.dst.dims)
     desc = ConvolutionDesc(plain.src, plain.weights, bias=plain.bias, padding_l=1, post_ops=chain,
                            output_scale=output_scale)
-    spec = desc.generate(CPU)
+    spec = convolution.generate(desc, CPU)
     assert spec.impl.startswith(impl)
     assert spec.arg_names == tuple(desc.arg_descs)
     x, w, b = ints(rng, src_dims), ints(rng, desc.weights.dims), ints(rng, (oc,))
@@ -141,7 +141,7 @@ async def test_softmax(engine, rng, case, alg, variant):
     dims, axis, impl = SOFTMAX_CASES[case]
     output_scale, chain = softmax_variant(variant, dims, axis)
     desc = SoftmaxDesc(alg, MemoryDesc(dims), axis=axis, post_ops=chain, output_scale=output_scale)
-    spec = desc.generate(CPU)
+    spec = softmax.generate(desc, CPU)
     assert spec.impl.startswith(impl)
     assert spec.arg_names == tuple(desc.arg_descs)
     x = normal(rng, dims) * 3
@@ -221,7 +221,7 @@ async def test_normalization(engine, rng, kind, variant):
         chain = (("eltwise", "clip", -1.0, 1.5), ("sum", 1.0), ("binary", "max", MemoryDesc(operand_dims)),
                  ("eltwise", "log"))
     desc = attrs.evolve(plain, post_ops=chain, output_scale=output_scale)
-    assert desc.generate(CPU).arg_names == tuple(desc.arg_descs)
+    assert triodnn.kernels.generate(desc, CPU).arg_names == tuple(desc.arg_descs)
     operands = {name: normal(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
     if variant == "scale+chain":  # log needs positive values: max with a positive operand
         operands = {name: np.abs(v) + 0.5 for name, v in operands.items()}
@@ -274,7 +274,7 @@ async def test_matmul_output_scale_keeps_the_operand_names(engine, rng, m, n):
     chain = (("binary", "add", MemoryDesc((1, n))), ("sum", 2.0), ("binary", "mul", MemoryDesc((m, 1))),
              ("eltwise", "relu"))
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), post_ops=chain, output_scale=-1.5)
-    spec = desc.generate(CPU)
+    spec = matmul.generate(desc, CPU)
     assert spec.arg_names == ("src", "weights", "post_op_0_src1", "post_op_2_src1", "dst")
     got = await execute(engine, desc, {"src": a, "weights": w, "post_op_0_src1": row, "post_op_2_src1": col},
                         dst_init=old)
@@ -324,7 +324,7 @@ def test_scaled_chain_names_operands_by_the_users_index(kind):
     plain = make(kind, post_ops=chain)
     scaled = make(kind, post_ops=chain, output_scale=0.5)
     assert tuple(scaled.arg_descs)[-3:-1] == ("post_op_1_src1", "post_op_2_src1")
-    scaled_spec, plain_spec = scaled.generate(CPU), plain.generate(CPU)
+    scaled_spec, plain_spec = triodnn.kernels.generate(scaled, CPU), triodnn.kernels.generate(plain, CPU)
     assert scaled_spec.arg_names == plain_spec.arg_names == tuple(scaled.arg_descs)
     # The scale is a leading linear eltwise, so abs moves from post_op_0_* to post_op_1_*.
     assert "post_op_1_float" in scaled_spec.source and "post_op_1_float" not in plain_spec.source

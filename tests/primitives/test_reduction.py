@@ -9,8 +9,8 @@ import pyopencl as cl
 import pytest
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc
-from triodnn._reduction_desc import ReductionDesc
-from triodnn.kernels import reduction, select_config, tolerance
+from triodnn._values._reduction_desc import ReductionDesc
+from triodnn.kernels import generate, reduction, select_config, tolerance
 
 # name: (src dims, dst dims, src strides, dst strides). oneDNN's convention: a reduced dim is 1.
 CASES = {
@@ -131,7 +131,7 @@ def test_non_f32_is_supported(which):
     dst = MemoryDesc((4, 1), "s32" if which == "dst" else "f32")
     desc = ReductionDesc("sum", src, dst)
     desc.check_supported()  # raised UnsupportedError while reductions were f32 only
-    source = desc.generate(select_config("cpu", 4096)).source
+    source = generate(desc, select_config("cpu", 4096)).source
     assert ("__global const int* src" if which == "src" else "__global int* dst") in source
 
 

@@ -17,8 +17,8 @@ import pytest
 import triodnn
 from triodnn import MemoryDesc
 from triodnn._values._errors import ArgumentMismatchError, InvalidArgumentError
-from triodnn._reorder_desc import ReorderDesc
-from triodnn.kernels import reorder, select_config
+from triodnn._values._reorder_desc import ReorderDesc
+from triodnn.kernels import generate, reorder, select_config
 
 DTYPES = reorder.DTYPES
 SHAPE = (3, 5, 7)  # odd everywhere; 105 elements: 6 full float16 vectors and a tail of 9
@@ -187,12 +187,12 @@ async def test_copy_keeps_nan_payloads(engine):
 def test_generated_paths_and_impl_names():
     config = select_config("cpu", 4096)
     dense = MemoryDesc((4, 6), "f16")
-    copy = ReorderDesc(dense, dense).generate(config)
+    copy = generate(ReorderDesc(dense, dense), config)
     assert copy.impl == f"ocl:copy:{config.name}" and copy.arg_names == ("src", "dst")
     assert "vload_half" not in copy.source  # f16 copies move ushort bits
-    convert = ReorderDesc(dense, MemoryDesc((4, 6), "f32")).generate(config)
+    convert = generate(ReorderDesc(dense, MemoryDesc((4, 6), "f32")), config)
     assert convert.impl == f"ocl:convert:l{config.local_size}" and "vload_half" in convert.source
-    strided = ReorderDesc(dense, MemoryDesc((4, 6), "f16", "ba")).generate(config)
+    strided = generate(ReorderDesc(dense, MemoryDesc((4, 6), "f16", "ba")), config)
     assert strided.impl == f"ocl:strided:l{config.local_size}"
 
 

@@ -27,7 +27,8 @@ from triodnn._values._errors import (
     InvalidArgumentError,
     MissingArgumentError,
 )
-from triodnn._reorder_desc import CrossEngineReorder, CrossEngineReorderDesc
+from triodnn._cross_engine_reorder import CrossEngineReorder
+from triodnn._values._reorder_desc import CrossEngineReorderDesc
 from triodnn.kernels import reorder
 from triodnn.ocl_interop import make_engine
 

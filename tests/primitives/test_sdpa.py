@@ -19,8 +19,8 @@ import pytest
 import triodnn
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, UnsupportedError
 from triodnn._values._dtypes import from_storage, to_storage
-from triodnn._sdpa_desc import SdpaDesc
-from triodnn.kernels import _dtype_io, sdpa, select_config, tolerance
+from triodnn._values._sdpa_desc import SdpaDesc
+from triodnn.kernels import _dtype_io, generate, sdpa, select_config, tolerance
 from triodnn.kernels._spec import KernelConfig, dense_strides
 
 THRESHOLD = 1e-5
@@ -116,7 +116,7 @@ async def test_matches_reference(shaped, rng, case):
     desc = SdpaDesc(MemoryDesc(q_dims), key, MemoryDesc(v_dims), **kwargs)
     primitive = await engine.create_primitive(desc)
     assert primitive.impl.startswith(impl), primitive.impl
-    assert primitive.kind == "sdpa" and primitive.impl == desc.generate(engine._config).impl
+    assert primitive.kind == "sdpa" and primitive.impl == generate(desc, engine._config).impl
     got = await run(engine, desc, arrays, primitive)
     ref = sdpa.reference(
         arrays["query"], arrays["key"], arrays["value"], mask=arrays.get("mask"),
@@ -285,7 +285,7 @@ async def test_failed_create_caches_nothing(engine, make, culprit):
     assert stats.programs_built == before_engine.programs_built and stats.builds_in_flight == 0
     assert stats.live_buffers == before_engine.live_buffers
     with pytest.raises(UnsupportedError, match=culprit):
-        desc.generate(CPU)
+        generate(desc, CPU)
 
 
 def test_mismatched_head_size_never_reaches_the_cache():
@@ -314,7 +314,7 @@ def test_reference_matches_naive_softmax(rng):
 def test_generation_is_deterministic_and_bakes_the_shape(config):
     desc = SdpaDesc(MemoryDesc((1, 4, 33, 16)), transposed_view((1, 4, 50, 16)), MemoryDesc((1, 4, 50, 8)),
                     mask=MemoryDesc((1, 1, 1, 50)), scale=MemoryDesc((1,)), causal="top_left")
-    a, b = desc.generate(config), desc.generate(config)
+    a, b = generate(desc, config), generate(desc, config)
     assert a == b
     assert a.arg_names == ("query", "key", "value", "scale", "mask", "dst")
     if config.vector_width >= 16:
@@ -329,8 +329,8 @@ def test_gpu_kernel_choice():
     """The split kernel where q and O fit in registers and work-groups of 64+ are allowed; else
     the one-row-per-work-item kernel."""
     def impl(d, dv, skv=128, config=GPU):
-        return SdpaDesc(MemoryDesc((1, 8, 128, d)), MemoryDesc((1, 8, skv, d)),
-                        MemoryDesc((1, 8, skv, dv))).generate(config).impl
+        return generate(SdpaDesc(MemoryDesc((1, 8, 128, d)), MemoryDesc((1, 8, skv, d)),
+                                 MemoryDesc((1, 8, skv, dv))), config).impl
     assert impl(64, 64) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
     assert impl(64, 64, skv=20) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
     assert impl(96, 96) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit local memory

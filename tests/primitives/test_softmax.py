@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, UnsupportedError
-from triodnn._reduction_desc import SoftmaxDesc
+from triodnn._values._softmax_desc import SoftmaxDesc
 from triodnn.kernels import softmax, tolerance
 
 # name: (dims, axis, src strides, dst strides, expected impl prefix). Sizes avoid multiples of 16

@@ -12,8 +12,9 @@ import pytest
 
 import triodnn
 from triodnn import MemoryDesc
-from triodnn._sum_concat_desc import ConcatDesc, SumDesc
-from triodnn.kernels import concat, select_config, tolerance
+from triodnn._values._concat_desc import ConcatDesc
+from triodnn._values._sum_desc import SumDesc
+from triodnn.kernels import concat, generate, select_config, tolerance
 from triodnn.kernels import sum as sum_kernels
 
 CPU = select_config("cpu", 4096)
@@ -44,7 +45,7 @@ async def test_sum_dense(engine, rng, n, shape):
     arrays = [floats(rng, shape) for _ in range(n)]
     scales = tuple(float(s) for s in rng.uniform(-2.0, 2.0, n))
     desc = SumDesc(tuple(MemoryDesc(shape) for _ in range(n)), scales)
-    assert desc.generate(CPU).impl.startswith("ocl:flat:v16")
+    assert generate(desc, CPU).impl.startswith("ocl:flat:v16")
     got = await run(engine, desc, arrays)
     tolerance.check(got, sum_kernels.reference(arrays, scales), sum_kernels.threshold(n))
 
@@ -71,7 +72,7 @@ async def test_sum_strided_and_transposed_inputs(engine, rng):
     arrays = [floats(rng, shape) for _ in srcs]
     scales = (0.5, -1.0, 2.0, 0.25)
     desc = SumDesc(srcs, scales, dst)
-    assert desc.generate(CPU).impl.startswith("ocl:strided")
+    assert generate(desc, CPU).impl.startswith("ocl:strided")
     got = await run(engine, desc, arrays)
     tolerance.check(got, sum_kernels.reference(arrays, scales), sum_kernels.threshold(len(srcs)))
 
@@ -79,7 +80,7 @@ async def test_sum_strided_and_transposed_inputs(engine, rng):
 async def test_sum_same_permuted_layout_runs_flat(engine, rng):
     shape = (2, 3, 4, 5)
     desc = SumDesc((MemoryDesc(shape, "f32", "nhwc"),) * 3, (1.0, 2.0, -3.0), MemoryDesc(shape, "f32", "nhwc"))
-    assert desc.generate(CPU).impl.startswith("ocl:flat")
+    assert generate(desc, CPU).impl.startswith("ocl:flat")
     arrays = [floats(rng, shape) for _ in range(3)]
     got = await run(engine, desc, arrays)
     tolerance.check(got, sum_kernels.reference(arrays, desc.scales), sum_kernels.threshold(3))
@@ -102,7 +103,7 @@ async def test_sum_in_place_into_src0(engine, rng, layout):
 
 def test_sum_generates_in_bounds_for_gpu_config_and_names_args():
     desc = SumDesc((MemoryDesc((3, 3)), MemoryDesc((3, 3), "f32", "ba")))
-    spec = desc.generate(GPU)
+    spec = generate(desc, GPU)
     assert spec.arg_names == ("src0", "src1", "dst") == tuple(desc.arg_descs)
     assert spec.global_size[0] % spec.local_size[0] == 0
 
@@ -199,7 +200,7 @@ async def test_concat_padded_strides(engine, rng):
 def test_concat_many_inputs_generates_for_gpu_config():
     srcs = tuple(MemoryDesc((2, i + 1)) for i in range(64))
     desc = ConcatDesc(srcs, 1)
-    spec = desc.generate(GPU)
+    spec = generate(desc, GPU)
     assert desc.dst.dims == (2, sum(range(1, 65)))
     assert spec.arg_names == tuple(f"src{i}" for i in range(64)) + ("dst",) == tuple(desc.arg_descs)
 

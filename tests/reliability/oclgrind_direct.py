@@ -28,7 +28,7 @@ from triodnn import (
     LayerNormDesc, MatmulDesc, MemoryDesc, PoolingDesc, ReductionDesc, ReorderDesc, RMSNormDesc,
     SdpaDesc, SoftmaxDesc, SumDesc,
 )
-from triodnn.kernels import KernelConfig, program_source
+from triodnn.kernels import KernelConfig, generate, program_source
 from triodnn.kernels._spec import MIN_LOCAL_MEMORY
 
 CONFIGS = {
@@ -79,7 +79,7 @@ def oclgrind_device() -> cl.Device:
 
 
 def run(desc, config: KernelConfig, context: cl.Context, queue: cl.CommandQueue, rng) -> str:
-    spec = desc.generate(config)
+    spec = generate(desc, config)
     arg_descs = desc.arg_descs
     flags = cl.mem_flags
     buffers = []

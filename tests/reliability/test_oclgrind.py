@@ -56,18 +56,18 @@ RUNNER = r"""
 import sys, threading
 import pytest, triodnn
 import triodnn._engine as engine_module
-from triodnn.actors._engine_actor import EngineActor
+from triodnn.actors._compiler import Compiler
 from triodnn.kernels import _spec
 
 record = triodnn.available_engines()[int(sys.argv[1])]
 assert record.platform.name.strip() == "Oclgrind", record
-EngineActor._warm_up = lambda self, *args, **kwargs: None
+Compiler._warm_up = lambda self, *args, **kwargs: None
 lock = threading.Lock()
-build = EngineActor._build_in_thread
+build = Compiler._build_in_thread
 def serialised(self, request):
     with lock:
         return build(self, request)
-EngineActor._build_in_thread = serialised
+Compiler._build_in_thread = serialised
 if sys.argv[2] == "cpu":
     engine_module.select_config = lambda kind, *rest: _spec.select_config("cpu", *rest)
 sys.exit(pytest.main(sys.argv[3:]))

@@ -23,9 +23,9 @@ async def test_a_late_delivery_for_a_freed_event_spares_the_event_at_its_address
         async with trio.open_nursery() as nursery:
             nursery.start_soon(marker.wait)
             await trio.testing.wait_all_tasks_blocked()
-            key = marker.native.int_ptr
+            key = marker.cl_event.int_ptr
             live = completion._pending[key]
-            stale = _Pending(key, marker.native)  # meant for an earlier event at this address
+            stale = _Pending(key, marker.cl_event)  # meant for an earlier event at this address
             completion._complete_by_waiter(stale)
             completion._complete_by_callback(stale)
             assert completion._pending.get(key) is live

@@ -92,7 +92,7 @@ def test_run_ending_with_callbacks_in_flight_reports_nothing(reports, capfd):
     assert "Traceback" not in err and "exception" not in err.lower(), err
     # Every command, awaited, cancelled mid-wait or never awaited, completed before the block exited.
     for x, outs, events, _ in runs[:3]:
-        assert all(event.done and event.failure is None for event in events)
+        assert all(event.done and event._submission.failure is None for event in events)
         for out in outs:
             tolerance.check(read_back(out), eltwise.reference("gelu_erf", x), tolerance.eltwise("gelu_erf"))
     assert all(event.done for _, _, events, _ in runs for event in events)
@@ -132,7 +132,7 @@ def test_enqueued_unawaited_work_is_done_after_the_block():
 
     rt, dst, events = trio.run(main)
     assert rt.closed
-    assert all(event.done and event.failure is None for event in events)
+    assert all(event.done and event._submission.failure is None for event in events)
     tolerance.check(read_back(dst), eltwise.reference("tanh", X), tolerance.eltwise("tanh"))
 
 
@@ -170,7 +170,7 @@ def test_work_submitted_just_before_exit_completes_quietly(exit_by):
         assert exit_by == "raise"
     else:
         assert exit_by != "raise"
-    assert all(event.done and event.failure is None for event in state["events"])
+    assert all(event.done and event._submission.failure is None for event in state["events"])
     tolerance.check(read_back(state["dst"]), eltwise.reference("tanh", X), tolerance.eltwise("tanh"))
 
 

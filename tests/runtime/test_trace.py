@@ -165,8 +165,8 @@ async def test_lanes_name_their_tracks(rt, monkeypatch):
     device = by_command(doc, "device")
     names = thread_names(doc)
     lanes = {command: names[(s["pid"], s["tid"])] for command, s in device.items()}
-    assert lanes == {i + 1: f"stream 1 lane {e.lane}" for i, e in enumerate(events)}
-    assert len({e.lane for e in events}) == 2  # b and c ran on different lanes
+    assert lanes == {i + 1: f"stream 1 lane {e._submission.lane}" for i, e in enumerate(events)}
+    assert len({e._submission.lane for e in events}) == 2  # b and c ran on different lanes
     assert sum(e["ph"] == "s" for e in doc) == 4
 
 

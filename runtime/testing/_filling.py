@@ -47,6 +47,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from .._values._errors import InvalidArgumentError
+from ..graph._op_schema import OP_SCHEMAS, schema_of
+from ..kernels import tolerance as kt
 
 _POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
@@ -129,8 +131,6 @@ _F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
 def _primitive_thresholds() -> dict[str, float]:
     """Per-kind f32 thresholds, from the primitive tolerances of ``triodnn.kernels.tolerance``
     (each after benchdnn's setup_cmp for its driver), on ``|err| <= t * max(1, |ref|)``."""
-    from ..kernels import tolerance as kt
-
     exact = 0.0
     thresholds = {
         # Data movement, selection, comparisons, max/min, ReLU-like eltwise, max pooling: every
@@ -166,8 +166,6 @@ def _primitive_thresholds() -> dict[str, float]:
         "RMSNorm": kt.normalization("rms_normalization"),
         "BatchNormInference": kt.normalization("batch_normalization"),
     }
-    from ._op_schema import OP_SCHEMAS
-
     for kind, schema in OP_SCHEMAS.items():
         if schema.unary_elementwise and kind not in thresholds:
             thresholds[kind] = kt.eltwise(schema.algorithm)  # 4e-5 transcendental, else 4e-6
@@ -222,8 +220,6 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
         return 0.0, 0.0
     if dtype not in ("f32", "f16", "bf16"):
         raise InvalidArgumentError(f"no tolerance for data type {dtype!r}")
-    from ._op_schema import schema_of
-
     thresholds = _primitive_thresholds()
     for kind in kinds:
         schema_of(kind)  # InvalidGraphError for an unknown kind

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -19,11 +20,12 @@ import attrs
 import numpy as np
 
 from .. import _trace
+from .._runtime import open_runtime
+from .._stream import StreamFlags
 from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
-from ._graph import Graph
-from ._json import from_dict
-from ._logical_tensor import LogicalTensor
-from ._tensor import Tensor
+from ..graph import Graph, LogicalTensor, Tensor, from_dict
+from ._filling import fill_input, tolerance
+from ._reference import reference
 
 _UNKNOWN = -(2**63)
 
@@ -156,8 +158,6 @@ def _role(graph: Graph, lt: LogicalTensor) -> str | None:
 
 
 def make_inputs(graph: Graph, seed: int = 0) -> dict[int, np.ndarray]:
-    from ._filling import fill_input
-
     rng = np.random.default_rng(seed)
     arrays = {}
     for lt in _graph_inputs(graph):
@@ -177,8 +177,6 @@ def reference_outputs(graph: Graph, arrays: dict[int, np.ndarray]):
     """Every tensor's reference value, and for MatMul and Convolution outputs the magnitude of
     their sums (the same op on absolute values): a dot product's rounding error is relative to
     the sum of its terms' sizes, not to its result, which cancellation can make small."""
-    from ._reference import reference
-
     values = dict(arrays)
     magnitudes = {}
     for op in graph.ops:
@@ -211,8 +209,6 @@ def _kinds_upstream(graph: Graph, lt_id: int) -> set[str]:
 def compare(lt: LogicalTensor, got: np.ndarray, want: np.ndarray, kinds: set[str],
             magnitude: np.ndarray | None = None) -> OutputCheck:
     """Elements pass when ``|got - want| <= atol + rtol * max(|want|, magnitude)``."""
-    from ._filling import tolerance
-
     rtol, atol = tolerance(kinds, lt.dtype)
     g = np.asarray(got, dtype=np.float64).reshape(-1)
     w = np.asarray(want, dtype=np.float64).reshape(-1)
@@ -279,8 +275,6 @@ async def run_case(path, *, engine, mode: str = "C", policy: str = "fusion",
                    in_shapes: str | None = None, dt: str | None = None,
                    expected_n_partitions: int | None = None, repeat: int = 20,
                    seed: int = 0) -> CaseResult:
-    from .._stream import StreamFlags
-
     case = Path(path).name
     try:
         document = json.loads(Path(path).read_text())
@@ -309,8 +303,6 @@ async def run_case(path, *, engine, mode: str = "C", policy: str = "fusion",
 
 
 async def run_cases(paths, *, engine_spec: str | None, **options) -> list[CaseResult]:
-    from .._runtime import open_runtime
-
     async with open_runtime() as rt:
         engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
         results = []
@@ -337,8 +329,6 @@ class Progress:
     """A one-line progress bar on stderr while a case runs (only on a terminal: logs stay clean)."""
 
     def __init__(self, total: int, stream=None) -> None:
-        import sys
-
         self.total = total
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() and total > 1

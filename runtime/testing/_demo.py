@@ -15,11 +15,11 @@ import time
 import numpy as np
 import trio
 
-from ._primitive_desc import BinaryDesc, EltwiseDesc
-from ._values._memory_desc import MemoryDesc
-from ._runtime import open_runtime
-from ._stream import StreamFlags
-from .kernels import binary, eltwise, tolerance
+from .._primitive_desc import BinaryDesc, EltwiseDesc
+from .._runtime import open_runtime, parse_engine_spec
+from .._stream import StreamFlags
+from .._values._memory_desc import MemoryDesc
+from ..kernels import binary, eltwise, tolerance
 
 DIAGRAM = """\
   x ─┬─ gelu_tanh ─┐
@@ -67,8 +67,6 @@ async def _run_requests(engine, stream, prims, inputs, in_flight: int) -> tuple[
 async def run_demo(engine_spec: str | None, size: int, requests: int, in_flight: int, rounds: int) -> bool:
     async with open_runtime() as rt:
         if engine_spec:
-            from ._runtime import parse_engine_spec
-
             engine = await rt.engine(*parse_engine_spec(engine_spec))
         else:
             engine = await rt.engine()

@@ -6,21 +6,30 @@ second cache: concurrent compiles of one key, from any task or trio run, share o
 failed compile reaches every waiter and leaves nothing cached; a cancelled requester does not
 cancel the compile, which runs in the runtime's actor nursery. Entries are engine-bound, so they
 leave the cache when their runtime shuts down.
+
+The cache itself (an LRU of shared builds) and each runtime's actor live below the graph layer,
+in ``triodnn.actors``, since the runtime owns the actor; what is about partitions lives here:
+the key (``CompiledPartitionKey``), the capacity API and the look-up.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import attrs
 
-from ._engine import Engine
-from ._values._errors import InvalidArgumentError
-from .actors import CompiledPartitionCacheStatistics, global_compiled_partition_cache
+from .._engine import Engine
+from .._values._errors import InvalidArgumentError
+from ..actors import CompiledPartitionCacheStatistics, global_compiled_partition_cache
+from ._compiled_partition import CompiledPartition
+from ._compiled_partition_key import CompiledPartitionKey
+from ._logical_tensor import LogicalTensor
 
 if TYPE_CHECKING:
-    from .graph import CompiledPartition, LogicalTensor, Partition
+    # Annotations only: ``Partition.compile`` calls into this module.
+    from ._partition import Partition
 
 __all__ = [
     "CompiledPartitionCacheStatistics",
@@ -50,15 +59,14 @@ def compiled_partition_cache_statistics() -> CompiledPartitionCacheStatistics:
 
 
 async def compile_cached(partition: Partition, engine: Engine, inputs: list[LogicalTensor],
-                         outputs: list[LogicalTensor], shapes: dict, compile_partition) -> CompiledPartition:
+                         outputs: list[LogicalTensor], shapes: dict,
+                         compile_partition: Callable[..., Awaitable[CompiledPartition]]) -> CompiledPartition:
     """``compile_partition(partition, engine, inputs, outputs, shapes)`` through the cache.
 
     A hit returns the cached ``CompiledPartition`` itself when ``partition`` compiled it, and a
     copy sharing its plan and primitives, whose ``partition`` is the caller's, when an equivalent
     partition (another graph's, equal key) did.
     """
-    from .graph._compiled_partition_key import CompiledPartitionKey
-
     if not isinstance(engine, Engine):
         raise InvalidArgumentError(f"engine is {type(engine).__name__}, expected triodnn.Engine")
     key = CompiledPartitionKey.of(partition, engine, inputs, outputs)

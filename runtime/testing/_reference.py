@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .. import _dtypes
+from .._values import _dtypes
 from .._values._errors import InvalidGraphError, UnsupportedError
-from ._op_schema import check_op, schema_of
-from ._shape_inference import (
+from ..graph._op_schema import check_op, eltwise_parameters, schema_of
+from ..graph._shape_inference import (
     infer_output_shapes,
     norm_axes,
     reduce_axes,
@@ -32,6 +32,8 @@ from ._shape_inference import (
     spatial_geometry,
     transpose_order,
 )
+from ..kernels import eltwise as kernel_eltwise
+from ..kernels import pooling as kernel_pooling
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
 _INTEGER_DTYPES = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
@@ -70,33 +72,8 @@ def _f64(array) -> np.ndarray:
 # -- eltwise --------------------------------------------------------------------------------
 
 
-def eltwise_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, float | None]:
-    """``(algorithm, alpha, beta)`` of ``triodnn.kernels.eltwise`` that computes the unary op
-    ``kind`` with normalised ``attrs`` (None: the algorithm's default)."""
-    schema = schema_of(kind)
-    if not schema.unary_elementwise:
-        raise InvalidGraphError(f"{kind} is not a unary elementwise op")
-    if kind == "GELU":
-        return attrs.get("mode", "gelu_erf"), None, None
-    if kind == "LeakyReLU":
-        return "leaky_relu", attrs["alpha"], None
-    if kind == "Elu":
-        return "elu", attrs["alpha"], None
-    if kind == "Clamp":
-        return "clip", attrs["min"], attrs["max"]
-    if kind == "HardSigmoid":
-        return "hardsigmoid", attrs["alpha"], attrs["beta"]
-    if kind == "SoftPlus":
-        # oneDNN Graph: log(1 + exp(beta * x)) / beta, the kernels' soft_relu with alpha = beta.
-        return "soft_relu", attrs.get("beta", 1.0), None
-    if kind == "Pow":
-        return "pow", 1.0, attrs["beta"]
-    return schema.algorithm, None, None
-
-
 def _eltwise(kind: str, a: dict, x: np.ndarray) -> np.ndarray:
-    from ..kernels import eltwise as kernel_eltwise
-
+    # The kernel algorithm the op schema maps the op to, as the lowering does.
     alg, alpha, beta = eltwise_parameters(kind, a)
     return _f64(kernel_eltwise.reference(alg, x, alpha=alpha, beta=beta))
 
@@ -175,8 +152,6 @@ def _convolution(a: dict, src: np.ndarray, wei: np.ndarray, bias: np.ndarray | N
 
 
 def _pool(kind: str, a: dict, src: np.ndarray) -> np.ndarray:
-    from ..kernels import pooling as kernel_pooling
-
     geometry = spatial_geometry(kind, a, src.shape)
     x = np.moveaxis(src, -1, 1) if a["data_format"] == "NXC" else src
     if kind == "MaxPool":
@@ -318,7 +293,7 @@ def _as_input(array, kind: str, index: int) -> np.ndarray:
     if x.dtype == np.uint16:
         raise InvalidGraphError(
             f"{kind}: input {index} is uint16 (bf16 storage?); pass user-facing values "
-            f"(triodnn._dtypes.from_storage)"
+            f"(triodnn._values._dtypes.from_storage)"
         )
     return x
 
@@ -419,4 +394,4 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
     raise InvalidGraphError(f"{kind}: no reference")  # not reached for kinds of OP_SCHEMAS
 
 
-__all__ = ["FLOAT_DTYPES", "eltwise_parameters", "reference", "to_dtype_values"]
+__all__ = ["FLOAT_DTYPES", "reference", "to_dtype_values"]

@@ -1,0 +1,253 @@
+"""The allocator role of a device actor: device buffers, from ``cl.Buffer`` or a caller's
+``ocl_interop.Allocator``, counted while live; a caller's buffers go back to its ``free`` after
+their last use.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import attrs
+import pyopencl as cl
+import trio
+
+from .._values._errors import ExecutionError, InvalidArgumentError
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+# A buffer kernels read and write and the host copies both ways: none of these flags.
+_RESTRICTING_FLAGS = (
+    cl.mem_flags.READ_ONLY | cl.mem_flags.WRITE_ONLY | cl.mem_flags.HOST_NO_ACCESS
+    | cl.mem_flags.HOST_READ_ONLY | cl.mem_flags.HOST_WRITE_ONLY
+)
+
+
+@attrs.define(eq=False)
+class UserAllocation:
+    """A buffer from a caller's allocator, not yet handed back to its ``free``, and the submitted
+    commands that may still use it (``note_uses``), pruned of finished ones as it grows."""
+
+    buffer: cl.Buffer
+    nbytes: int
+    uses: list = attrs.field(factory=list)
+    last: object = None  # the most recent use, even when pruned
+    after: object = None  # a submission the owner says completes after every use
+    prune_at: int = 16
+
+    def note(self, submission) -> None:
+        self.last = submission
+        self.uses.append(submission)
+        if len(self.uses) >= self.prune_at:
+            self.uses = [u for u in self.uses if _may_be_running(u)]
+            self.prune_at = max(16, 2 * len(self.uses))
+
+
+def _may_be_running(submission) -> bool:
+    """Not known to be finished: waiting to be enqueued, or enqueued and not complete."""
+    if submission.native is None:
+        return submission.failure is None
+    return submission.native.command_execution_status > _COMPLETE
+
+
+# Buffers of user allocators not yet freed, by cl_mem handle (process-wide: a stream of any engine
+# on the context may use them). Streams report every command's buffers to ``note_uses``.
+_user_allocations: dict[int, UserAllocation] = {}
+
+
+def note_uses(buffers, submission) -> None:
+    """Record ``submission`` as a use of each of ``buffers`` that a user allocator made (a
+    dictionary test when no engine has an allocator)."""
+    if _user_allocations:
+        for buffer in buffers:
+            record = _user_allocations.get(buffer.int_ptr)
+            if record is not None:
+                record.note(submission)
+
+
+class DeviceAllocator:
+    """Buffers of one device in one context: ``cl.Buffer``s, or the caller's allocator's
+    (``user``, an ``ocl_interop.Allocator`` with ``allocate`` and ``free`` callables)."""
+
+    def __init__(self, device: cl.Device, context: cl.Context, user=None) -> None:
+        self.device = device
+        self.context = context
+        self.user = user
+        self.max_alloc_bytes = int(device.max_mem_alloc_size)
+        self.alignment = max(1, int(device.mem_base_addr_align) // 8)
+        self._release_queue: cl.CommandQueue | None = None
+        self._nursery: trio.Nursery | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: int | None = None
+        self.live_buffers = 0
+        self.live_bytes = 0
+
+    def run_frees_in(self, nursery: trio.Nursery | None) -> None:
+        """Run the frees that wait for a use's enqueue in ``nursery`` (the device actor's, from
+        its trio thread); None once it has closed."""
+        if nursery is not None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._thread = threading.get_ident()
+        self._nursery = nursery
+
+    def allocate(self, nbytes: int) -> cl.Buffer:
+        """A device buffer of ``nbytes`` (from the caller's allocator when the engine has one);
+        counted until ``release_buffer``."""
+        if nbytes > self.max_alloc_bytes:
+            raise InvalidArgumentError(
+                f"a buffer of {nbytes} bytes exceeds the device's largest allocation "
+                f"({self.max_alloc_bytes} bytes)"
+            )
+        if self.user is None:
+            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        else:
+            buffer = self._user_allocate(nbytes)
+            _user_allocations[buffer.int_ptr] = UserAllocation(buffer, nbytes)
+        self.live_buffers += 1
+        self.live_bytes += nbytes
+        return buffer
+
+    def release_buffer(self, buffer: cl.Buffer, nbytes: int, *, after=None) -> None:
+        """Stop counting ``buffer``; a default buffer is freed when its last reference goes, a
+        user allocator's goes back to its ``free`` once every command using it is enqueued
+        (``after``: a submission that completes after every use, when the owner knows one).
+
+        No explicit ``buffer.release()``: a submission still in a stream actor's channel holds
+        the pyopencl object, and releasing it under that submission would crash the enqueue.
+        Called from a finalizer, this may run in any thread.
+        """
+        self.live_buffers -= 1
+        self.live_bytes -= nbytes
+        if self.user is None:
+            return
+        record = _user_allocations.pop(buffer.int_ptr, None)
+        if record is not None:
+            record.after = after
+            self._retire(record)
+
+    def scratch(self, nbytes: int) -> cl.Buffer:
+        """An uncounted buffer for a build's warm-up launch (any thread): the caller's allocator's,
+        checked, or a ``cl.Buffer``. Give it back with ``free_scratch``."""
+        if self.user is None:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        return self._user_allocate(nbytes)
+
+    def free_scratch(self, buffer: cl.Buffer, event: cl.Event | None) -> None:
+        """Hand a ``scratch`` buffer back after ``event`` (a ``cl.Buffer`` just goes with its
+        last reference)."""
+        if self.user is not None:
+            self._call_free(buffer, event)
+
+    # User allocations go back to ``allocator.free`` with an event after which nothing uses them:
+    # once every use is enqueued (a task of the actor's nursery waits for that), the one command
+    # still running, a marker on a queue of the actor's waiting for several, or the last use when
+    # all are complete (None when nothing ever used the buffer).
+
+    def _retire(self, record: UserAllocation) -> None:
+        """Hand ``record`` back now or once its uses are enqueued; never raises (it may run in a
+        finalizer or a trio ``run_sync_soon`` callback)."""
+        on_trio_thread = threading.get_ident() == self._thread
+        if self._nursery is not None and not on_trio_thread:
+            try:
+                self._token.run_sync_soon(self._retire, record)
+                return
+            except trio.RunFinishedError:
+                pass  # the run has ended: its streams finished every command
+        candidates = [*record.uses, record.after] if record.after is not None else record.uses
+        waiting = [u for u in candidates if u.pending_submit]
+        if waiting and self._nursery is not None and on_trio_thread:
+            try:
+                self._nursery.start_soon(self._retire_when_enqueued, record, waiting)
+                return
+            except RuntimeError:
+                pass  # the nursery is closing: the streams have already finished
+        self._free_now(record)
+
+    async def _retire_when_enqueued(self, record: UserAllocation, waiting: list) -> None:
+        with trio.CancelScope(shield=True):  # stream actors settle every submission, even cancelled
+            for submission in waiting:
+                await submission.wait_submitted()
+        self._free_now(record)
+
+    def _free_now(self, record: UserAllocation) -> None:
+        try:
+            event = self._last_use(record)
+        except cl.Error:
+            # The marker could not be enqueued (rare): a thread waits for the uses, then frees.
+            running = [u.native for u in record.uses if u.native is not None]
+
+            def wait_then_free() -> None:
+                try:
+                    cl.wait_for_events(running)
+                except cl.Error:
+                    pass  # failed commands are over too
+                self._call_free(record.buffer, running[-1])
+
+            if running:
+                threading.Thread(target=wait_then_free, name="triodnn-allocator-free", daemon=True).start()
+                return
+            event = None
+        self._call_free(record.buffer, event)
+
+    def _last_use(self, record: UserAllocation) -> cl.Event | None:
+        after = record.after
+        if after is not None and after.native is not None:
+            return after.native
+        running = [u.native for u in record.uses if u.native is not None
+                   and u.native.command_execution_status > _COMPLETE]
+        if not running:
+            last = record.last
+            return last.native if last is not None else None
+        if len(running) == 1:
+            return running[0]
+        if self._release_queue is None:
+            ooo = self.device.queue_properties & _OOO
+            self._release_queue = cl.CommandQueue(self.context, self.device, _OOO if ooo else 0)
+        marker = cl.enqueue_marker(self._release_queue, wait_for=running)
+        self._release_queue.flush()
+        return marker
+
+    def _user_allocate(self, nbytes: int):
+        """A buffer of at least ``nbytes`` from the caller's allocator, checked."""
+        allocate = self.user.allocate
+        try:
+            buffer = allocate(nbytes, self.alignment, self.device, self.context)
+        except Exception as exc:
+            raise ExecutionError(
+                f"allocator.allocate({nbytes}, {self.alignment}, ...) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        problem = self._check_user_buffer(buffer, nbytes)
+        if problem is not None:
+            if buffer is not None and not (
+                isinstance(buffer, cl.Buffer) and buffer.int_ptr in _user_allocations
+            ):
+                self._call_free(buffer, None)  # the allocation is the caller's again
+            raise InvalidArgumentError(f"allocator.allocate({nbytes}, ...) returned {problem}")
+        return buffer
+
+    def _check_user_buffer(self, buffer, nbytes: int) -> str | None:
+        if not isinstance(buffer, cl.Buffer):
+            if isinstance(buffer, cl.SVMPointer):
+                return ("an SVM allocation; triodnn takes pyopencl.Buffer allocations only "
+                        "(SVM is not supported yet)")
+            return f"{type(buffer).__name__}, expected a pyopencl.Buffer"
+        if buffer.context.int_ptr != self.context.int_ptr:
+            return "a buffer of another OpenCL context than the engine's"
+        if buffer.size < nbytes:
+            return f"a buffer of {buffer.size} bytes, too small"
+        if buffer.flags & _RESTRICTING_FLAGS:
+            return (f"a buffer with flags {buffer.flags:#x}; kernels read and write it and the "
+                    "host copies both ways (READ_WRITE, no READ_ONLY/WRITE_ONLY/HOST_* flags)")
+        if buffer.int_ptr in _user_allocations:
+            return "a buffer triodnn still holds (returned earlier and not freed yet)"
+        return None
+
+    def _call_free(self, buffer, event: cl.Event | None) -> None:
+        try:
+            self.user.free(buffer, self.device, self.context, event)
+        except Exception as exc:  # noqa: BLE001 (nobody to raise to: a finalizer, a callback, a cleanup)
+            warnings.warn(
+                f"allocator.free raised {type(exc).__name__}: {exc} (the buffer counts as freed)",
+                RuntimeWarning, stacklevel=2,
+            )

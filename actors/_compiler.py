@@ -1,0 +1,193 @@
+"""The compiler role of a device actor: program builds, from source or from a binary.
+
+Program builds take 0.15–0.8 s on PoCL and release the GIL, so they run in worker threads under
+a capacity limiter, inside the device actor's nursery (``build``) or the calling task's
+(``compile_here``): a requester that is cancelled stops waiting, and the build still finishes for
+whoever asks next. PoCL compiles a kernel's work-group function again at its first launch
+(35–140 ms), so a build also launches each kernel once, on one work-group, before handing it out:
+the first real execution is then as fast as any other.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+import pyopencl as cl
+import trio
+
+from .._values._errors import BuildError, ClosedError
+from ..kernels import generate, local_memory_bytes, program_source
+from ._program_binary import program_binary
+from ._reply import ReplySlot
+
+if TYPE_CHECKING:
+    from ._allocator import DeviceAllocator
+
+
+@attrs.frozen
+class BuildRequest:
+    """What to compile: a primitive descriptor for a kernel configuration, from source or binary.
+
+    The descriptor's ``generate(config)`` runs in the build thread too: source generation is the
+    descriptor's business and may take its time.
+    """
+
+    desc: object = attrs.field(eq=False)
+    config: object
+    options: tuple[str, ...] = ()
+    binary: bytes | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
+class BuiltKernel:
+    """A kernel ready on this engine's context, and what makes it context-independent."""
+
+    spec: object = attrs.field(eq=False)
+    program: cl.Program = attrs.field(eq=False)
+    kernel: cl.Kernel = attrs.field(eq=False)
+    binary: bytes = attrs.field(eq=False, repr=False)
+    seconds: float
+
+
+class Compiler:
+    """Builds programs for one device in one context, and counts them.
+
+    Requests sent with ``build``/``submit`` run in the nursery that ``serve`` is given (the device
+    actor's); ``compile_here`` builds from the calling task. The warm-up launch takes its buffers
+    from ``allocator`` (the engine's, so a caller's allocator sees them too).
+    """
+
+    def __init__(
+        self, device: cl.Device, context: cl.Context, allocator: DeviceAllocator, *, build_threads: int = 2
+    ) -> None:
+        self.device = device
+        self.context = context
+        self._allocator = allocator
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self._limiter = trio.CapacityLimiter(build_threads)
+        self._warm_queue: cl.CommandQueue | None = None
+        self._build_end_listeners: list[Callable[[], None]] = []
+        self.programs_built = 0
+        self.programs_loaded = 0
+        self.builds_in_flight = 0
+        self.closed = False
+
+    def on_build_end(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the trio thread) each time a build ends, ``builds_in_flight``
+        already counting it out."""
+        self._build_end_listeners.append(listener)
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        """Start each request sent to this compiler in ``nursery``, until ``close``."""
+        async for request, reply in self._recv:
+            nursery.start_soon(self._build, request, reply)
+
+    def close(self) -> None:
+        self.closed = True
+        self._send.close()
+
+    def submit(self, request: BuildRequest, reply) -> None:
+        """Build ``request`` in the serving nursery and fill ``reply`` (``set_value``/``set_error``)."""
+        try:
+            self._send.send_nowait((request, reply))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ClosedError("the engine is closed (its runtime has shut down)") from None
+
+    async def build(self, request: BuildRequest) -> BuiltKernel:
+        """Compile (or load) in a worker thread of the actor's nursery; the caller only waits."""
+        reply = ReplySlot()
+        self.submit(request, reply)
+        return await reply.get()
+
+    async def compile_here(self, request: BuildRequest) -> BuiltKernel:
+        """Compile in a worker thread, from the calling task (the cache actor's build task).
+
+        The cache actor's nursery already owns the build, so going through this actor's channel
+        would only add a scheduler batch before the compile starts, the batch in which a
+        thousand coalescing requesters take their first step.
+        """
+        if self.closed:
+            raise ClosedError("the engine is closed (its runtime has shut down)")
+        self.builds_in_flight += 1
+        try:
+            built = await trio.to_thread.run_sync(self._build_in_thread, request, limiter=self._limiter)
+        finally:
+            self._build_ended()
+        self.programs_built += 1
+        return built
+
+    async def _build(self, request: BuildRequest, reply) -> None:
+        self.builds_in_flight += 1
+        try:
+            built = await trio.to_thread.run_sync(self._build_in_thread, request, limiter=self._limiter)
+        except BaseException as exc:  # delivered to the requester, never lost in the nursery
+            if isinstance(exc, Exception):
+                reply.set_error(exc)
+            else:  # the actor itself is being cancelled: its waiters were not
+                reply.set_error(ClosedError("the engine closed before the build finished"))
+                raise
+        else:
+            if request.binary is None:
+                self.programs_built += 1
+            else:
+                self.programs_loaded += 1
+            reply.set_value(built)
+        finally:
+            self._build_ended()
+
+    def _build_ended(self) -> None:
+        self.builds_in_flight -= 1
+        for listener in self._build_end_listeners:
+            listener()
+
+    def _build_in_thread(self, request: BuildRequest) -> BuiltKernel:
+        started = time.perf_counter()
+        spec = generate(request.desc, request.config)
+        needed = local_memory_bytes(spec.source)
+        offered = int(self.device.local_mem_size)
+        if needed > offered:
+            # Generators size tiles to config.local_memory, the device's figure unless a caller
+            # forced another configuration; a kernel past the device would fail at launch, later
+            # and less clearly (Oclgrind: "total local memory size exceeds device maximum").
+            raise BuildError(
+                f"kernel {spec.name!r} ({request.desc.label}) declares {needed} bytes of __local memory; "
+                f"{self.device.name.strip()} offers {offered}"
+            )
+        if request.binary is None:
+            program = cl.Program(self.context, program_source(spec, request.config))
+        else:
+            program = cl.Program(self.context, [self.device], [request.binary])
+        try:
+            program.build(options=list(request.options))
+        except cl.Error as exc:
+            raise BuildError(
+                f"OpenCL build of kernel {spec.name!r} ({request.desc.label}) failed on "
+                f"{self.device.name.strip()}:\n{exc}"
+            ) from None
+        kernel = cl.Kernel(program, spec.name)
+        # PoCL compiles the work-group function at a kernel's first launch (35-140 ms): launch
+        # one work-group now, so the first execution is as fast as any, and take the binary after.
+        arg_descs = request.desc.arg_descs
+        self._warm_up(kernel, spec.local_size, [arg_descs[name].nbytes for name in spec.arg_names])
+        binary = request.binary if request.binary is not None else program_binary(program, self.device)
+        return BuiltKernel(spec, program, kernel, binary, time.perf_counter() - started)
+
+    def _warm_up(self, kernel: cl.Kernel, local_size: tuple[int, ...], buffer_bytes: list[int]) -> None:
+        if self._warm_queue is None:
+            self._warm_queue = cl.CommandQueue(self.context, self.device)
+        # With a caller's allocator, the warm-up's buffers come from it too (in this build
+        # thread), and go back to it once the launch has completed.
+        buffers, launched = [], None
+        try:
+            for n in buffer_bytes:
+                buffers.append(self._allocator.scratch(n))
+            kernel.set_args(*buffers)
+            launched = cl.enqueue_nd_range_kernel(self._warm_queue, kernel, local_size, local_size)
+            launched.wait()
+        finally:
+            for buffer in buffers:
+                self._allocator.free_scratch(buffer, launched)

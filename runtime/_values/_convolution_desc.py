@@ -1,0 +1,173 @@
+"""The convolution (forward) operation descriptor, and the output-size rule it validates against."""
+
+from __future__ import annotations
+
+import operator
+
+import attrs
+
+from . import _post_ops
+from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._memory_desc import MemoryDesc
+from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
+
+
+def out_size(in_size: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
+    """``(in + pl + pr - ((k - 1) * dil + 1)) // s + 1``; may be < 1 when the kernel does not fit."""
+    return (in_size + pad_l + pad_r - ((kernel - 1) * dilation + 1)) // stride + 1
+
+
+def _int(name: str, value) -> int:
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} {value!r} must be an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name} {value!r} must be an integer or a sequence of integers") from None
+
+
+def _per_axis(name: str, value, nsp: int, default: int, minimum: int) -> tuple[int, ...]:
+    """``value`` as one integer per spatial axis: None (``default``), an int, or a sequence."""
+    if value is None:
+        return (default,) * nsp
+    if isinstance(value, (list, tuple)):
+        values = tuple(_int(name, v) for v in value)
+        if len(values) != nsp:
+            raise InvalidArgumentError(
+                f"{name} {tuple(value)!r} has {len(values)} entries; src has {nsp} spatial dimensions"
+            )
+    else:
+        values = (_int(name, value),) * nsp
+    if any(v < minimum for v in values):
+        raise InvalidArgumentError(f"{name} {values!r} must all be >= {minimum}")
+    return values
+
+
+def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
+    """Dense ``dims`` with the axis order of ``like`` (nhwc src -> nhwc dst)."""
+    order = sorted(range(len(dims)), key=lambda axis: (-like.strides[axis], axis))
+    strides = [0] * len(dims)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= dims[axis]
+    return MemoryDesc(dims, like.dtype, tuple(strides))
+
+
+@op_kind
+@attrs.frozen(cache_hash=True)
+class ConvolutionDesc(OpDesc):
+    """Forward convolution, 1D/2D/3D (oneDNN's ``convolution_forward``, direct algorithm).
+
+    * ``src``: (N, C, spatial...) — (N, C, W), (N, C, H, W) or (N, C, D, H, W), any strides, so
+      NCHW and NHWC (``MemoryDesc(dims, "f32", "nhwc")``) are both just layouts.
+    * ``weights``: (OC, C / groups, k...), any strides. This is the plain (ungrouped) form: the
+      groups come from the ``groups`` field, not from a leading G dimension as in oneDNN's
+      ``goihw``; depthwise is ``groups == C`` with weights (C, 1, k...).
+    * ``bias``: optional, (OC,).
+    * ``dst``: (N, OC, out...) with ``out = (in + pl + pr - ((k - 1) * dil + 1)) // s + 1``;
+      defaults to the dense layout with src's axis order (nhwc src -> nhwc dst).
+    * ``strides``, ``padding_l``, ``padding_r``, ``dilation``: an int (every spatial axis) or one
+      per spatial axis. Defaults: strides 1, padding 0, ``padding_r`` = ``padding_l``,
+      dilation 1. **Dilation is a plain factor, 1 = none** (taps ``dil`` apart); oneDNN counts
+      the gap instead, ``0`` = none, so oneDNN's ``d`` is ``d + 1`` here.
+    * ``output_scale`` (keyword, finite, default 1): oneDNN v2's output scale, multiplying the
+      result (bias included) before the post-ops.
+    * ``post_ops`` (keyword): a chain of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and
+      ``("binary", alg, src1)`` applied before the store (see ``triodnn._values._post_ops``); a
+      binary operand broadcasts to dst, e.g. ``(1, OC, 1, 1)`` per channel, and is the argument
+      ``post_op_{i}_src1``.
+
+    * Data types: ``src``, ``weights``, ``bias`` and ``dst`` may each have any data type (f32
+      math, any storage, e.g. bf16 src and weights with an f32 or bf16 dst); the default dst
+      takes src's. Binary post-op operands are f32.
+
+    The resolved per-axis tuples are stored, so an int and its spelled-out tuple make one
+    descriptor (and one cache entry).
+    """
+
+    src: MemoryDesc
+    weights: MemoryDesc
+    dst: MemoryDesc = None
+    bias: MemoryDesc | None = None
+    strides: tuple[int, ...] = None
+    padding_l: tuple[int, ...] = None
+    padding_r: tuple[int, ...] = None
+    dilation: tuple[int, ...] = None
+    groups: int = 1
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
+    output_scale: float = _post_ops.output_scale_field()
+
+    kind = "convolution"
+    ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
+
+    def __attrs_post_init__(self) -> None:
+        check_memory_desc("src", self.src)
+        check_memory_desc("weights", self.weights)
+        if not 3 <= self.src.ndims <= 5:
+            raise InvalidArgumentError(
+                f"src dims {self.src.dims} must be (N, C, W), (N, C, H, W) or (N, C, D, H, W)"
+            )
+        nsp = self.src.ndims - 2
+        if self.weights.ndims != self.src.ndims:
+            raise ArgumentMismatchError(
+                f"weights dims {self.weights.dims} must be (OC, C/groups, {nsp} kernel sizes) "
+                f"for src dims {self.src.dims}"
+            )
+        groups = _int("groups", self.groups)
+        if groups < 1:
+            raise InvalidArgumentError(f"groups {groups} must be >= 1")
+        self._set("groups", groups)
+        self._set("strides", _per_axis("strides", self.strides, nsp, 1, 1))
+        if self.dilation is not None and 0 in (
+            self.dilation if isinstance(self.dilation, (list, tuple)) else (self.dilation,)
+        ):
+            raise InvalidArgumentError(
+                f"dilation {self.dilation!r} must be >= 1: it is a plain factor here, 1 = none "
+                "(oneDNN's 0 = none is 1 here)"
+            )
+        self._set("dilation", _per_axis("dilation", self.dilation, nsp, 1, 1))
+        self._set("padding_l", _per_axis("padding_l", self.padding_l, nsp, 0, 0))
+        padding_r = self.padding_l if self.padding_r is None else self.padding_r
+        self._set("padding_r", _per_axis("padding_r", padding_r, nsp, 0, 0))
+
+        n, c = self.src.dims[:2]
+        oc, icg = self.weights.dims[:2]
+        if c % groups:
+            raise ArgumentMismatchError(f"src channels {c} (dims {self.src.dims}) are not divisible by groups {groups}")
+        if oc % groups:
+            raise ArgumentMismatchError(
+                f"weights output channels {oc} (dims {self.weights.dims}) are not divisible by groups {groups}"
+            )
+        if icg != c // groups:
+            raise ArgumentMismatchError(
+                f"weights dims {self.weights.dims} have {icg} input channels per group; src has "
+                f"{c} channels in {groups} groups, so {c // groups} are expected"
+            )
+        out = []
+        for i in range(nsp):
+            size, k = self.src.dims[2 + i], self.weights.dims[2 + i]
+            pl, pr, dil = self.padding_l[i], self.padding_r[i], self.dilation[i]
+            o = out_size(size, k, self.strides[i], pl, pr, dil)
+            if o < 1:
+                raise ArgumentMismatchError(
+                    f"weights kernel size {k} (dilated extent {(k - 1) * dil + 1}) on spatial axis {i} "
+                    f"is larger than the padded src size {size} + {pl} + {pr}"
+                )
+            out.append(o)
+        dims = (n, oc) + tuple(out)
+        if self.dst is None:
+            self._set("dst", _layout_like(dims, self.src))
+        check_memory_desc("dst", self.dst)
+        if self.dst.dims != dims:
+            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from the convolution's output dims {dims}")
+        if self.bias is not None:
+            check_memory_desc("bias", self.bias)
+            if self.bias.dims != (oc,):
+                raise ArgumentMismatchError(f"bias dims {self.bias.dims} must be ({oc},), one per output channel")
+        self._set("post_ops", _post_ops.check(self.post_ops, dims))
+
+    @property
+    def label(self) -> str:
+        # Dimensionality and groups tell convolutions apart in verbose lines and traces.
+        return f"convolution {self.src.ndims - 2}d" + (f" g{self.groups}" if self.groups > 1 else "")

@@ -1,0 +1,76 @@
+"""The eltwise descriptor: ``dst = alg(src)`` elementwise, as a value."""
+
+from __future__ import annotations
+
+import attrs
+
+from . import _post_ops
+from ._algorithms import ELTWISE_ALGORITHMS, NONZERO_ALPHA, eltwise_parameters
+from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._memory_desc import MemoryDesc
+from ._numbers import finite_float, float_key
+from ._op_desc import OMITTED, Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+
+
+def parameter(name: str):
+    """``finite_float``, letting ``OMITTED`` through for ``__attrs_post_init__`` to resolve once
+    the algorithm is known."""
+    convert_float = finite_float(name)
+
+    def convert(value):
+        return value if value is OMITTED else convert_float(value)
+
+    return convert
+
+
+@op_kind
+@attrs.frozen(cache_hash=True)
+class EltwiseDesc(OpDesc):
+    """``dst = alg(src)`` elementwise. ``dst`` defaults to ``src`` (same dims, layout and data
+    type). ``src`` and ``dst`` may each have any data type; the math is f32 ("f32 math, any
+    storage", as oneDNN's eltwise).
+
+    An omitted ``alpha``/``beta`` takes oneDNN's value for the algorithm where it has one
+    (hardswish 1/6 and 1/2, soft_relu alpha 1) and 0 otherwise; the descriptor holds the resolved
+    number, so an explicit default and an omitted one are the same primitive.
+    """
+
+    alg: str = attrs.field()
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
+    dst: MemoryDesc = attrs.field(default=None)
+    alpha: float = attrs.field(default=OMITTED, converter=parameter("alpha"), eq=float_key)
+    beta: float = attrs.field(default=OMITTED, converter=parameter("beta"), eq=float_key)
+    post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
+
+    kind = "eltwise"
+    ARGS = (Arg("src"), Arg("dst", output=True))
+
+    @alg.validator
+    def _check_alg(self, attribute, value) -> None:
+        if value not in ELTWISE_ALGORITHMS:
+            raise InvalidArgumentError(
+                f"alg {value!r} is not an eltwise algorithm; known: {', '.join(ELTWISE_ALGORITHMS)}"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        alpha, beta = eltwise_parameters(
+            self.alg,
+            None if self.alpha is OMITTED else self.alpha,
+            None if self.beta is OMITTED else self.beta,
+        )
+        self._set("alpha", alpha)
+        self._set("beta", beta)
+        if self.dst is None:
+            self._set("dst", self.src)
+        check_memory_desc("dst", self.dst)
+        if self.dst.dims != self.src.dims:
+            raise ArgumentMismatchError(
+                f"dst dims {self.dst.dims} differ from src dims {self.src.dims}"
+            )
+        if self.alg == "clip" and self.alpha > self.beta:
+            raise InvalidArgumentError(f"clip needs alpha <= beta, got alpha={self.alpha} beta={self.beta}")
+        if self.alg in NONZERO_ALPHA and self.alpha == 0.0:
+            raise InvalidArgumentError(
+                f"{self.alg} divides by alpha: alpha must be nonzero, got {self.alpha}"
+            )
+        self._set("post_ops", _post_ops.check(self.post_ops, self.dst.dims))

@@ -1,0 +1,134 @@
+"""``compile_graph``: a whole graph partitioned, compiled for one engine and bound to handlers.
+
+    runner = await triodnn.graph.compile_graph(graph, engine, policy="fusion",
+                                               handlers={"Wildcard": numpy_function})
+
+It partitions the graph and compiles every supported partition (concurrently, each as soon as its
+inputs' shapes are known). Unsupported partitions (Wildcard ops, kinds triodnn does not lower)
+run through user handlers (``_handlers``). The result is a ``GraphRunner`` (``_execution``).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from .._engine import Engine
+from .._values._errors import InvalidArgumentError, ShapeInferenceError
+from ._execution import GraphRunner, Step
+from ._graph import Graph
+from ._handlers import MissingHandlerError, find_handler, normalise_handlers
+from ._layouts import resolve_input_layout, resolve_output_layout
+from ._logical_tensor import LogicalTensor
+from ._partition import Partition
+
+__all__ = ["compile_graph"]
+
+
+async def _gather(functions) -> None:
+    """Run the async callables concurrently; the first failure cancels the rest and is raised
+    as itself (not in an exception group)."""
+    failure: list[BaseException] = []
+
+    async def guarded(fn, nursery):
+        try:
+            await fn()
+        except Exception as exc:
+            if not failure:
+                failure.append(exc)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for fn in functions:
+            nursery.start_soon(guarded, fn, nursery)
+    if failure:
+        raise failure[0]
+
+
+async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
+                        inputs=None) -> GraphRunner:
+    """Partition ``graph`` with ``policy``, compile its supported partitions for ``engine`` and
+    bind its unsupported ones to ``handlers``; returns a ``GraphRunner``.
+
+    ``handlers`` maps op kinds (``"Wildcard"``), partition ids or ``Partition`` objects to
+    ``Handler``s or plain callables. An unsupported partition without one raises
+    ``MissingHandlerError`` naming its op kinds, before anything compiles. ``inputs``, logical
+    tensors keyed by id like ``Partition.compile``'s, gives graph inputs new shapes or layouts;
+    shapes are re-inferred downstream (handler outputs keep the shapes the graph declares).
+    """
+    if not isinstance(graph, Graph):
+        raise InvalidArgumentError(f"graph is {type(graph).__name__}, expected triodnn.graph.Graph")
+    partitions = graph.get_partitions(policy)
+    handlers = normalise_handlers(handlers, partitions)
+    missing = [p for p in partitions if not p.is_supported and find_handler(p, handlers) is None]
+    if missing:
+        names = "; ".join(
+            f"partition {p.id}: " + ", ".join(f"op {op.id} ({op.kind}, {op.name!r})" for op in p.ops)
+            for p in missing
+        )
+        kinds = sorted({kind for p in missing for kind in p.op_kinds})
+        raise MissingHandlerError(
+            f"graph ops of kind {', '.join(kinds)} are not supported by triodnn and handlers has "
+            f"no entry for them ({names}); pass handlers={{{kinds[0]!r}: fn}} (op kind), "
+            f"{{partition_id: fn}} or {{partition: fn}}"
+        )
+
+    graph_inputs = graph.input_tensors()
+    given: dict[int, LogicalTensor] = {}
+    if inputs is not None:
+        for lt in inputs:
+            if not isinstance(lt, LogicalTensor):
+                raise InvalidArgumentError(f"inputs holds {type(lt).__name__}, expected LogicalTensor")
+            given[lt.id] = lt
+        unknown = sorted(set(given) - {lt.id for lt in graph_inputs})
+        if unknown:
+            raise InvalidArgumentError(
+                f"inputs name logical tensor ids {unknown}, which are not graph inputs "
+                f"{[lt.id for lt in graph_inputs]}"
+            )
+    known: dict[int, LogicalTensor] = {}
+    for lt in graph_inputs:
+        lt = given.get(lt.id, lt)
+        if not lt.is_shape_known:
+            raise ShapeInferenceError(
+                f"graph input {lt.id} has shape {'unknown' if lt.shape is None else list(lt.shape)}; "
+                "pass it with a known shape in inputs="
+            )
+        known[lt.id] = resolve_input_layout(lt)
+
+    available = {lt.id: trio.Event() for p in partitions for lt in p.output_ports}
+    steps: dict[int, Step] = {}
+
+    async def prepare(partition: Partition) -> None:
+        for lt in partition.input_ports:
+            if lt.id not in known:
+                await available[lt.id].wait()
+        ins = [known[lt.id] for lt in partition.input_ports]
+        if partition.is_supported:
+            compiled = await partition.compile(engine, ins, None)
+            step = Step(partition, tuple(compiled.inputs), tuple(compiled.outputs), compiled=compiled)
+        else:
+            outs = []
+            for lt in partition.output_ports:
+                if not lt.is_shape_known:
+                    op = next(op for op in partition.ops if any(o.id == lt.id for o in op.outputs))
+                    raise ShapeInferenceError(
+                        f"op {op.id} ({op.kind}) runs through a handler, so its output {lt.id} needs a "
+                        f"declared shape; it has {'unknown' if lt.shape is None else list(lt.shape)}"
+                    )
+                outs.append(resolve_output_layout(lt, tuple(lt.shape)))
+            call = partition.ops[0].inputs if len(partition.ops) == 1 else partition.input_ports
+            step = Step(partition, tuple(ins), tuple(outs), handler=find_handler(partition, handlers),
+                         call_ids=tuple(lt.id for lt in call))
+        steps[partition.id] = step
+        for lt in step.outputs:
+            known[lt.id] = lt
+            available[lt.id].set()
+
+    await _gather([lambda p=p: prepare(p) for p in partitions])
+    output_ids = [lt.id for lt in graph.output_tensors()]
+    return GraphRunner(
+        graph, engine, policy, tuple(partitions),
+        tuple(known[lt.id] for lt in graph_inputs),
+        tuple(known[i] for i in output_ids),
+        steps=tuple(steps[p.id] for p in partitions),
+    )

@@ -1,0 +1,566 @@
+"""Whole graphs as DAGs of partitions on one stream: ``GraphRunner.run``.
+
+    runner = await triodnn.graph.compile_graph(graph, engine, policy="fusion",
+                                               handlers={"Wildcard": numpy_function})
+    outputs = await runner.run(stream, {input_id: array_or_tensor})      # {output_id: array}
+
+``run`` submits every partition to the one stream it is given. A partition waits only for the
+events of the partitions (or uploads, or handler writes) that produce its inputs, so on an
+out-of-order stream independent branches overlap; on an in-order stream the same DAG runs in
+submission order. A handler step reads its inputs after their producers' events, runs the
+function in a worker thread (by default), writes its outputs on the stream, and the partitions
+downstream depend on those writes' events. Buffers the runner allocates (uploaded inputs,
+intermediates) are released once the events of all their consumers have completed, never
+earlier (one releaser task per run polls and waits for them); outputs are read back as numpy arrays, or handed over as ``Tensor``s.
+
+``compile_graph`` (``_compile_graph``) builds the runner from ``Step``s; ``runner.map``
+(``_pipeline``) pushes many requests through it, each one ``Execution`` of this module.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+from typing import Any
+
+import attrs
+import numpy as np
+import trio
+
+from .._engine import Engine
+from .._event import Event
+from .._values._errors import (
+    ArgumentMismatchError,
+    EngineMismatchError,
+    InvalidArgumentError,
+)
+from .._memory import Memory, _is_row_major
+from .._values._memory_desc import MemoryDesc
+from .._stream import Stream, check_deps
+from ._compiled_partition import CompiledPartition
+from ._graph import Graph
+from ._handlers import Handler, check_results
+from ._logical_tensor import LogicalTensor
+from ._partition import Partition
+from ._pipeline import Pipeline
+from ._tensor import Tensor
+
+__all__ = ["Execution", "GraphRunner", "GraphRunnerStatistics", "Step"]
+
+
+@attrs.frozen
+class GraphRunnerStatistics:
+    """Counts over a runner's life: runs started and finished (``map`` requests included),
+    partitions submitted, handler calls, and the buffers it allocated and released (live is
+    the difference: outputs handed over as Tensors are the caller's and count as released)."""
+
+    runs_started: int
+    runs_finished: int
+    partitions_submitted: int
+    handler_calls: int
+    buffers_allocated: int
+    buffers_released: int
+
+    @property
+    def live_buffers(self) -> int:
+        return self.buffers_allocated - self.buffers_released
+
+
+@attrs.define(eq=False)
+class Step:
+    """One partition of the DAG: compiled, or run by a handler."""
+
+    partition: Partition
+    inputs: tuple[LogicalTensor, ...]
+    outputs: tuple[LogicalTensor, ...]
+    compiled: CompiledPartition | None = None
+    handler: Handler | None = None
+    # Handler steps: the input ids the handler's arrays are, in order (an op's inputs,
+    # repeats included, for a one-op partition; else the input ports).
+    call_ids: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        ops = ", ".join(f"op {op.id} {op.kind}" for op in self.partition.ops)
+        return f"partition {self.partition.id} ({ops})"
+
+
+@attrs.define(eq=False)
+class GraphRunner:
+    """A whole graph compiled for one engine: ``await run(...)`` one request, ``map(...)`` many.
+
+    ``inputs`` and ``outputs`` are the graph's input and output logical tensors as compiled
+    (shapes and layouts settled); ``partitions`` every partition, ``compiled_partitions`` the
+    supported ones'. Create with ``await triodnn.graph.compile_graph(graph, engine, ...)``.
+    """
+
+    graph: Graph
+    engine: Engine
+    policy: str
+    partitions: tuple[Partition, ...]
+    inputs: tuple[LogicalTensor, ...]
+    outputs: tuple[LogicalTensor, ...]
+    _steps: tuple[Step, ...] = attrs.field(alias="steps", repr=False)
+    _consumers: dict[int, int] = attrs.field(init=False, repr=False)
+    _counts: dict[str, int] = attrs.field(init=False, repr=False)
+    _descs: dict[int, MemoryDesc] = attrs.field(init=False, repr=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        consumers: dict[int, int] = {}
+        for step in self._steps:
+            for lt in step.inputs:
+                consumers[lt.id] = consumers.get(lt.id, 0) + 1
+        self._consumers = consumers
+        self._counts = dict.fromkeys(
+            ("runs_started", "runs_finished", "partitions_submitted", "handler_calls",
+             "buffers_allocated", "buffers_released"), 0)
+
+    @property
+    def compiled_partitions(self) -> tuple[CompiledPartition, ...]:
+        return tuple(step.compiled for step in self._steps if step.compiled is not None)
+
+    @property
+    def unsupported_partitions(self) -> tuple[Partition, ...]:
+        return tuple(step.partition for step in self._steps if step.compiled is None)
+
+    def statistics(self) -> GraphRunnerStatistics:
+        return GraphRunnerStatistics(**self._counts)
+
+    def query_logical_tensor(self, lt_id: int) -> LogicalTensor:
+        """A graph input or output as compiled."""
+        for lt in (*self.inputs, *self.outputs):
+            if lt.id == lt_id:
+                return lt
+        raise InvalidArgumentError(
+            f"logical tensor {lt_id} is no graph input or output (inputs "
+            f"{[lt.id for lt in self.inputs]}, outputs {[lt.id for lt in self.outputs]})"
+        )
+
+    # -- one request ------------------------------------------------------------------------
+
+    async def run(self, stream: Stream, inputs, *, deps=(), outputs=None,
+                  as_tensors: bool = False) -> dict:
+        """Run the graph once on ``stream``; returns ``{output id: numpy array}`` (or ``Tensor``
+        with ``as_tensors``, then the caller's to release) once every output is ready.
+
+        ``inputs`` maps every graph input id to an array (uploaded with a write on ``stream``;
+        the runner frees the buffer after its last consumer), a ``Tensor`` or a ``Memory``
+        (used as is, read only). ``deps``: events every submission of this run waits for (the
+        writes of the caller's input tensors, say). ``outputs`` may give ``Tensor``s to write
+        some outputs into; they must share no buffer with an input tensor.
+        """
+        execution = self._execution(stream, inputs, deps, outputs, as_tensors, copy_inputs=False)
+        return await execution.run()
+
+    # -- many requests -----------------------------------------------------------------------
+
+    def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(),
+            as_tensors: bool = False) -> Pipeline:
+        """``run`` over each input dict of ``inputs`` (an iterable or async iterable), at most
+        ``max_in_flight`` at a time, results in input order: a ``Pipeline`` to enter::
+
+            async with runner.map(inputs, stream=stream, max_in_flight=4) as results:
+                async for outputs in results:
+                    ...
+
+        The requests run in a nursery the ``async with`` block owns: leaving it (the end of the
+        inputs, a ``break``, an exception, a cancellation) stops pulling inputs and cancels the
+        requests in flight, whose buffers are released, before the block exits. Arrays are
+        copied when their request starts, so the iterable may reuse them. Each request gets its
+        own outputs; ``deps`` and ``as_tensors`` are ``run``'s, for every request."""
+        self._check_stream(stream)
+        deps = list(check_deps(deps))
+
+        def start(item) -> Execution:
+            return self._execution(stream, item, deps, None, as_tensors, copy_inputs=True)
+
+        return Pipeline(inputs, start, max_in_flight)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_stream(self, stream) -> None:
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
+        if stream.engine.cl_context.int_ptr != self.engine.cl_context.int_ptr:
+            raise EngineMismatchError(
+                f"the graph was compiled for {self.engine}, not for the stream's {stream.engine}"
+            )
+
+    def _execution(self, stream, inputs, deps, outputs, as_tensors, *, copy_inputs) -> Execution:
+        self._check_stream(stream)
+        deps = list(check_deps(deps))
+        values = self._bind_inputs(inputs, copy_inputs)
+        given_outputs = self._bind_outputs(outputs, values)
+        return Execution(self, stream, values, deps, given_outputs, bool(as_tensors))
+
+    def _bind_inputs(self, inputs, copy: bool) -> dict[int, Any]:
+        if not isinstance(inputs, collections.abc.Mapping):
+            raise InvalidArgumentError(
+                f"inputs is {type(inputs).__name__}; expected a dict of graph input id -> array, "
+                "Tensor or Memory"
+            )
+        ids = [lt.id for lt in self.inputs]
+        missing = [i for i in ids if i not in inputs]
+        if missing:
+            raise InvalidArgumentError(f"inputs lack graph input ids {missing} (inputs are {ids})")
+        extra = sorted(set(inputs) - set(ids), key=repr)
+        if extra:
+            raise InvalidArgumentError(f"inputs name ids {extra}, which are not graph inputs {ids}")
+        values: dict[int, Any] = {}
+        for lt in self.inputs:
+            value = inputs[lt.id]
+            desc = self._desc(lt)
+            if isinstance(value, Memory):
+                value = Tensor(lt, value.engine, memory=value)
+            if isinstance(value, Tensor):
+                self._check_tensor(value, lt, "inputs")
+            else:
+                array = np.array(value, copy=True) if copy else np.asarray(value)
+                if array.shape != tuple(lt.shape):
+                    raise ArgumentMismatchError(
+                        f"inputs[{lt.id}] has shape {array.shape}; graph input {lt.id} is "
+                        f"{tuple(lt.shape)}"
+                    )
+                value = array.reshape(desc.dims)
+            values[lt.id] = value
+        return values
+
+    def _check_tensor(self, tensor: Tensor, lt: LogicalTensor, role: str) -> None:
+        want = self._desc(lt)
+        if tensor.memory.desc != want:
+            raise ArgumentMismatchError(
+                f"{role}[{lt.id}] has memory {tensor.memory.desc}; the graph expects {want}"
+            )
+        if tensor.memory.engine.cl_context.int_ptr != self.engine.cl_context.int_ptr:
+            raise EngineMismatchError(
+                f"{role}[{lt.id}] lives on {tensor.memory.engine}, not on {self.engine}"
+            )
+
+    def _bind_outputs(self, outputs, values) -> dict[int, Tensor]:
+        if outputs is None:
+            return {}
+        if not isinstance(outputs, collections.abc.Mapping):
+            raise InvalidArgumentError(f"outputs is {type(outputs).__name__}; expected a dict of id -> Tensor")
+        by_id = {lt.id: lt for lt in self.outputs}
+        input_buffers = {v.memory.cl_buffer.int_ptr: i for i, v in values.items() if isinstance(v, Tensor)}
+        bound = {}
+        for lt_id, tensor in outputs.items():
+            if lt_id not in by_id:
+                raise InvalidArgumentError(
+                    f"outputs name id {lt_id!r}, which is no graph output {sorted(by_id)}"
+                )
+            if isinstance(tensor, Memory):
+                tensor = Tensor(by_id[lt_id], tensor.engine, memory=tensor)
+            if not isinstance(tensor, Tensor):
+                raise InvalidArgumentError(f"outputs[{lt_id}] is {type(tensor).__name__}, expected Tensor")
+            self._check_tensor(tensor, by_id[lt_id], "outputs")
+            shared = input_buffers.get(tensor.memory.cl_buffer.int_ptr)
+            if shared is not None:
+                raise InvalidArgumentError(
+                    f"outputs[{lt_id}] shares its buffer with inputs[{shared}]; the runner does not "
+                    "order writes after reads across partitions, give it a buffer of its own"
+                )
+            bound[lt_id] = tensor
+        return bound
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self._counts[name] += n
+
+    def _desc(self, lt: LogicalTensor) -> MemoryDesc:
+        desc = self._descs.get(lt.id)
+        if desc is None:
+            desc = self._descs[lt.id] = lt.memory_desc()
+        return desc
+
+
+_TENSOR_FIELDS = tuple(f.name for f in attrs.fields(Tensor))
+
+
+def _tensor(lt: LogicalTensor, engine: Engine, memory: Memory) -> Tensor:
+    """``Tensor(lt, engine, memory)`` for memory allocated with ``lt``'s descriptor, without
+    computing that descriptor again (a third of a run's host time in graphs of small ops)."""
+    if _TENSOR_FIELDS != ("logical_tensor", "engine", "memory"):   # Tensor changed: be safe
+        return Tensor(lt, engine, memory=memory)
+    tensor = object.__new__(Tensor)
+    tensor.logical_tensor, tensor.engine, tensor.memory = lt, engine, memory
+    return tensor
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """One logical tensor of one execution: its tensor, the event producing it, and its
+    consumers (steps, the output read): how many have not submitted (or finished reading)
+    yet, and the events of those that have."""
+
+    lt: LogicalTensor
+    waiting: int = 0
+    consumer_events: list = attrs.field(factory=list)
+    tensor: Tensor | None = None
+    event: Event | None = None
+    owned: bool = False
+    produced: bool = False
+    ready: trio.Event | None = None
+
+
+class Execution:
+    """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
+
+    def __init__(self, runner: GraphRunner, stream: Stream, values: dict, deps: list,
+                 given_outputs: dict[int, Tensor], as_tensors: bool) -> None:
+        self._runner = runner
+        self._stream = stream
+        self._values = values
+        self._deps = deps
+        self._given_outputs = given_outputs
+        self._as_tensors = as_tensors
+        self._slots: dict[int, _Slot] = {}
+        self._results: dict[int, Any] = {}
+        self._error: BaseException | None = None
+        self._nursery: trio.Nursery | None = None
+        self._to_release: list[_Slot] = []
+        self._releasing = False
+
+    async def run(self) -> dict:
+        runner = self._runner
+        runner._count("runs_started")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    self._submit_all()
+                except Exception as exc:
+                    self._fail(exc)
+            if self._error is not None:
+                raise self._error
+            results = {lt.id: self._results[lt.id] for lt in runner.outputs}
+            for lt in runner.outputs:
+                slot = self._slots[lt.id]
+                if self._as_tensors and slot.owned:
+                    slot.owned = False          # the caller's now
+                    runner._count("buffers_released")
+            runner._count("runs_finished")
+            return results
+        finally:
+            self._release_all()
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _slot(self, lt: LogicalTensor) -> _Slot:
+        slot = self._slots.get(lt.id)
+        if slot is None:
+            slot = self._slots[lt.id] = _Slot(lt, waiting=self._runner._consumers.get(lt.id, 0))
+        return slot
+
+    def _allocate(self, slot: _Slot) -> Tensor:
+        given = self._given_outputs.get(slot.lt.id)
+        if given is not None:
+            slot.tensor = given
+            return given
+        engine = self._runner.engine
+        slot.tensor = _tensor(slot.lt, engine, engine.memory(self._runner._desc(slot.lt)))
+        slot.owned = True
+        self._runner._count("buffers_allocated")
+        return slot.tensor
+
+    def _publish(self, slot: _Slot, event: Event | None) -> None:
+        slot.event = event
+        slot.produced = True
+        if slot.ready is not None:
+            slot.ready.set()
+
+    async def _wait_produced(self, slot: _Slot) -> None:
+        if not slot.produced:
+            if slot.ready is None:
+                slot.ready = trio.Event()
+            await slot.ready.wait()
+
+    def _consumed(self, slot: _Slot, event: Event | None = None) -> None:
+        """A consumer of ``slot`` has submitted (its completion is ``event``) or finished
+        reading (no event). After the last one, the buffer goes once their events complete."""
+        if event is not None:
+            slot.consumer_events.append(event)
+        slot.waiting -= 1
+        if slot.waiting == 0 and slot.owned:
+            if slot.consumer_events:
+                self._to_release.append(slot)
+                if not self._releasing:
+                    self._releasing = True
+                    self._nursery.start_soon(self._releaser)
+            else:
+                self._release(slot)
+
+    async def _releaser(self) -> None:
+        """Releases queued buffers as their consumers' events complete: each pass frees every
+        buffer whose events are done (a status poll), then waits for the oldest still running.
+        One task and one wake-up per pass, not one per buffer: consumers mostly finish in the
+        order they were submitted, so one wait usually finds several done."""
+        try:
+            while self._to_release:
+                running = []
+                for slot in self._to_release:
+                    if all(event.done for event in slot.consumer_events):
+                        self._release(slot)
+                    else:
+                        running.append(slot)
+                self._to_release = running
+                if running:
+                    for event in running[0].consumer_events:
+                        await event
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            self._releasing = False
+
+    def _release(self, slot: _Slot) -> None:
+        if slot.owned and slot.tensor is not None:
+            slot.owned = False
+            slot.tensor.memory.release()
+            self._runner._count("buffers_released")
+
+    def _release_all(self) -> None:
+        # Only buffers of a failed or cancelled run are left here. Commands already submitted
+        # on them still complete: a stream's submissions hold the OpenCL buffers they use.
+        for slot in self._slots.values():
+            self._release(slot)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self._nursery.cancel_scope.cancel()
+
+    def _deps_of(self, slots) -> list:
+        return self._deps + [s.event for s in slots if s.event is not None]
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def _submit_all(self) -> None:
+        runner = self._runner
+        for lt in runner.outputs:
+            self._slot(lt).waiting += 1     # the output read (or the caller, for Tensors)
+        for lt in runner.inputs:
+            slot = self._slot(lt)
+            value = self._values[lt.id]
+            if isinstance(value, Tensor):
+                slot.tensor = value
+                self._publish(slot, None)
+            else:
+                tensor = self._allocate(slot)
+                self._publish(slot, self._stream.write(tensor.memory, value))
+        for step in runner._steps:
+            if step.compiled is not None and all(self._slot(lt).produced for lt in step.inputs):
+                self._execute(step)
+            else:
+                self._nursery.start_soon(self._run_step, step)
+        # Outputs: reads (or completions) of those produced already are awaited by one task,
+        # in order, so a run costs one wake-up where the device finishes them together.
+        ready, later = [], []
+        for lt in runner.outputs:
+            slot = self._slot(lt)
+            (ready if slot.produced and self._readable(slot) else later).append(slot)
+        if ready:
+            self._nursery.start_soon(self._collect_submitted,
+                                     [(slot, self._submit_read(slot)) for slot in ready])
+        for slot in later:
+            self._nursery.start_soon(self._collect, slot)
+
+    async def _run_step(self, step: Step) -> None:
+        try:
+            for lt in step.inputs:
+                await self._wait_produced(self._slot(lt))
+            if step.compiled is not None:
+                self._execute(step)
+            else:
+                await self._call_handler(step)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _execute(self, step: Step) -> None:
+        ins = [self._slot(lt) for lt in step.inputs]
+        outs = [self._slot(lt) for lt in step.outputs]
+        tensors = [self._allocate(slot) for slot in outs]
+        event = step.compiled.execute(self._stream, [s.tensor for s in ins], tensors,
+                                      deps=self._deps_of(ins))
+        self._runner._count("partitions_submitted")
+        for slot in outs:
+            self._publish(slot, event)
+        for slot in ins:
+            self._consumed(slot, event)
+
+    async def _call_handler(self, step: Step) -> None:
+        ins = [self._slot(lt) for lt in step.inputs]
+        values = {}
+        for slot in ins:
+            values[slot.lt.id] = await self._read(slot, self._deps_of([slot]))
+        for slot in ins:
+            self._consumed(slot)       # read back: the handler's copy is all it needs
+        try:
+            results = await step.handler(step.partition, [values[i] for i in step.call_ids])
+        except Exception as exc:
+            exc.add_note(f"in the handler of {step.describe()}")
+            raise
+        self._runner._count("handler_calls")
+        results = check_results(step.describe(), step.outputs, results)
+        for lt, array in zip(step.outputs, results):
+            slot = self._slot(lt)
+            tensor = self._allocate(slot)
+            # A tensor the caller gave may still be read by their own commands: after deps.
+            self._publish(slot, self._stream.write(tensor.memory, array, deps=self._deps))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _readable(self, slot: _Slot) -> bool:
+        """Whether the run's stream can read the slot directly (row-major, a numpy dtype)."""
+        desc = slot.tensor.memory.desc
+        return self._as_tensors or (_is_row_major(desc) and desc.dtype != "bf16")
+
+    def _submit_read(self, slot: _Slot):
+        """(host array, event) of a read of ``slot`` on the run's stream, after its producer;
+        for Tensor outputs, (None, the producer's event)."""
+        if self._as_tensors:
+            return None, slot.event
+        desc = slot.tensor.memory.desc
+        out = np.empty(desc.dims, dtype=desc.numpy_dtype)
+        deps = [slot.event] if slot.event is not None else []
+        return out, self._stream.read(slot.tensor.memory, out, deps=deps)
+
+    def _finish(self, slot: _Slot, out) -> None:
+        if self._as_tensors:
+            self._results[slot.lt.id] = slot.tensor
+            return
+        out = out.reshape(slot.lt.shape)
+        self._results[slot.lt.id] = out.astype(bool) if slot.lt.dtype == "boolean" else out
+        self._consumed(slot)
+
+    async def _read(self, slot: _Slot, deps: list) -> np.ndarray:
+        """The slot's values as a new array, read on the run's stream (no head-of-line wait
+        behind other runs on the engine's host stream) where the layout allows."""
+        tensor = slot.tensor
+        desc = tensor.memory.desc
+        if not _is_row_major(desc) or desc.dtype == "bf16":
+            return await tensor.to_numpy(deps=deps)
+        out = np.empty(desc.dims, dtype=desc.numpy_dtype)
+        await self._stream.read(tensor.memory, out, deps=deps)
+        out = out.reshape(slot.lt.shape)
+        return out.astype(bool) if slot.lt.dtype == "boolean" else out
+
+    async def _collect_submitted(self, reads) -> None:
+        try:
+            for slot, (out, event) in reads:
+                if event is not None:
+                    await event
+                self._finish(slot, out)
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _collect(self, slot: _Slot) -> None:
+        try:
+            await self._wait_produced(slot)
+            if self._readable(slot):
+                out, event = self._submit_read(slot)
+                if event is not None:
+                    await event
+                self._finish(slot, out)
+            else:
+                deps = [slot.event] if slot.event is not None else []
+                self._results[slot.lt.id] = await slot.tensor.to_numpy(deps=deps)
+                self._consumed(slot)
+        except Exception as exc:
+            self._fail(exc)

@@ -1,0 +1,303 @@
+"""Pipelines of requests through a graph: ``GraphRunner.map``.
+
+    async with runner.map(requests, stream=stream, max_in_flight=4) as results:
+        async for outputs in results:                                     # in input order
+            ...
+
+At most ``max_in_flight`` requests are in flight: a memory channel of ``max_in_flight`` slot
+tokens is the backpressure (a request starts with a token, the consumer hands it back when it
+takes the result). Results come out in input order.
+
+The pipeline's work, the task pulling inputs and starting requests and the requests themselves,
+runs in a nursery that the ``async with`` block opens, so none of it outlives the block: leaving
+it (the end of the inputs, a ``break``, an exception, a cancellation of the consumer) or
+``aclose()`` stops pulling inputs, cancels the requests in flight and releases every buffer they
+hold before the block exits. There is no bare ``async for`` over ``runner.map(...)``: work that
+an abandoned iteration started would go on until garbage collection, owned by nobody.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+import inspect
+from typing import Any, Callable, Protocol
+
+import attrs
+import trio
+
+from .._values._errors import ClosedError, InvalidArgumentError
+from ._tensor import Tensor
+
+__all__ = ["Pipeline", "PipelineStatistics"]
+
+_USAGE = ("async with runner.map(inputs, stream=stream, max_in_flight=4) as results:\n"
+          "    async for outputs in results: ...")
+
+
+class _Request(Protocol):
+    """One request as the pipeline starts it: ``GraphRunner``'s execution of one input dict."""
+
+    async def run(self) -> dict: ...
+
+
+@attrs.frozen
+class PipelineStatistics:
+    """Requests started and delivered so far, and the most ever in flight at once (started,
+    not yet handed to the consumer)."""
+
+    started: int
+    delivered: int
+    peak_in_flight: int
+
+    @property
+    def in_flight(self) -> int:
+        return self.started - self.delivered
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """A request's place in the order: its result (or error) once done, or the end marker."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: dict | None = None
+    error: BaseException | None = None
+    end: bool = False
+    handed: bool = False
+
+    def discard(self) -> None:
+        """Free the Tensors of a result nobody will take."""
+        if self.result is not None and not self.handed:
+            for value in self.result.values():
+                if isinstance(value, Tensor):
+                    value.memory.release()
+            self.result = None
+
+
+class Pipeline:
+    """Results of ``GraphRunner.map``, in input order::
+
+        async with runner.map(inputs, stream=stream, max_in_flight=4) as results:
+            async for outputs in results:
+                ...
+
+    At most ``max_in_flight`` requests are in flight (started and not yet handed to the
+    consumer); the next input is pulled only when the consumer takes a result. An error in a
+    request or in the input iterable is raised at its place in the order, after the results
+    before it, and closes the pipeline. ``await results.aclose()`` closes it inside the block;
+    leaving the block closes it in any case. Closing cancels the requests in flight, releases
+    their buffers and frees undelivered ``Tensor`` results, and the block exits only once that
+    is done. A pipeline is entered once; ``statistics()`` stays readable after it closes.
+    """
+
+    def __init__(self, inputs, start: Callable[[Any], _Request], max_in_flight: int) -> None:
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(f"max_in_flight {max_in_flight!r} must be a positive integer")
+        if not isinstance(inputs, (collections.abc.Iterable, collections.abc.AsyncIterable)):
+            raise InvalidArgumentError(
+                f"inputs is {type(inputs).__name__}; expected an iterable or async iterable of input dicts"
+            )
+        self._inputs = inputs
+        self._start = start
+        self._max_in_flight = max_in_flight
+        self._state = "new"             # new, open, closed
+        self._lifetime: contextlib.AbstractAsyncContextManager | None = None
+        self._closing = False
+        self._started = 0
+        self._delivered = 0
+        self._peak = 0
+        self._feed_error: BaseException | None = None
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._max_in_flight
+
+    def statistics(self) -> PipelineStatistics:
+        return PipelineStatistics(self._started, self._delivered, self._peak)
+
+    # -- the block that owns the work ----------------------------------------------------------
+
+    async def __aenter__(self) -> Pipeline:
+        if self._state != "new":
+            raise InvalidArgumentError(
+                "this pipeline was entered already; call runner.map(...) again for another"
+            )
+        self._lifetime = self._open()
+        return await self._lifetime.__aenter__()
+
+    async def __aexit__(self, *exc_info) -> bool | None:
+        return await self._lifetime.__aexit__(*exc_info)
+
+    @contextlib.asynccontextmanager
+    async def _open(self):
+        # Backpressure: a request starts only with one of max_in_flight slot tokens, which the
+        # consumer hands back when it takes the request's result; requests go to the consumer
+        # in start order through a second channel (room for them all plus the end marker).
+        self._tokens_send, self._tokens_recv = trio.open_memory_channel(self._max_in_flight)
+        for _ in range(self._max_in_flight):
+            self._tokens_send.send_nowait(None)
+        self._send, self._recv = trio.open_memory_channel(self._max_in_flight + 1)
+        self._scope = trio.CancelScope()
+        self._finished = trio.Event()
+        self._state = "open"
+        raised: BaseException | None = None
+        with trio.CancelScope() as guard:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._feed, name=f"triodnn.graph pipeline {id(self):#x}")
+                try:
+                    yield self
+                except BaseException as exc:
+                    # Raised again below, as itself: out of the nursery it would come in a group.
+                    raised = exc
+                finally:
+                    # Closing waits for the cancelled requests (a handler's worker thread
+                    # finishing, say); no outer cancellation may cut that short, or their
+                    # buffers would outlive the block.
+                    guard.shield = True
+                    await self.aclose()
+        if raised is not None:
+            raise raised
+
+    async def aclose(self) -> None:
+        """Stop pulling inputs and cancel the requests in flight; returns once they have ended,
+        their buffers released and undelivered ``Tensor`` results freed. Iterating afterwards
+        ends at once. Leaving the ``async with`` block does this too."""
+        if self._state == "new":
+            self._state = "closed"
+            return
+        if self._state == "open":
+            self._state = "closed"
+            if not self._finished.is_set():
+                self._closing = True
+                self._scope.cancel()
+        await self._finished.wait()
+        self._discard_undelivered()
+
+    # -- the producer ----------------------------------------------------------------------------
+
+    async def _feed(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as requests:
+                    await self._pull(requests)
+        except Exception as exc:
+            # The input generator's aclose failed, or a bug here: the consumer gets it instead,
+            # after the results delivered so far.
+            self._closing = True
+            self._feed_error = exc
+        finally:
+            self._send.close()
+            if self._closing:
+                self._discard_undelivered()
+            self._finished.set()
+
+    async def _pull(self, requests: trio.Nursery) -> None:
+        inputs = self._inputs
+        agen = None
+        if isinstance(inputs, collections.abc.AsyncIterable):
+            agen = inputs.__aiter__()
+
+            async def pull():
+                return await agen.__anext__()
+        else:
+            it = iter(inputs)
+
+            async def pull():
+                try:
+                    return next(it)
+                except StopIteration:
+                    raise StopAsyncIteration from None
+        try:
+            while True:
+                await self._tokens_recv.receive()
+                slot = _Slot()
+                try:
+                    item = await pull()
+                    request = self._start(item)
+                except StopAsyncIteration:
+                    slot.end = True
+                    slot.done.set()
+                    self._send.send_nowait(slot)
+                    return
+                except Exception as exc:
+                    slot.error = exc
+                    slot.done.set()
+                    self._send.send_nowait(slot)
+                    return
+                self._started += 1
+                self._peak = max(self._peak, self._started - self._delivered)
+                self._send.send_nowait(slot)
+                requests.start_soon(self._request, slot, request)
+        finally:
+            # The pipeline consumed the iterable: close a generator it came from, as
+            # ``aclosing`` would, so its cleanup runs now rather than at garbage collection.
+            with trio.CancelScope(shield=True):
+                if agen is not None and hasattr(agen, "aclose"):
+                    await agen.aclose()
+                elif inspect.isgenerator(inputs):
+                    inputs.close()
+
+    async def _request(self, slot: _Slot, request: _Request) -> None:
+        try:
+            slot.result = await request.run()
+        except Exception as exc:
+            slot.error = exc
+        finally:
+            if self._closing:
+                slot.discard()
+            slot.done.set()
+
+    def _discard_undelivered(self) -> None:
+        while True:
+            try:
+                slot = self._recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            slot.discard()
+
+    # -- the consumer ----------------------------------------------------------------------------
+
+    def __aiter__(self) -> Pipeline:
+        if self._state == "new":
+            raise TypeError(
+                "runner.map(...) returns a Pipeline to enter first; its requests run in a "
+                f"nursery the block owns:\n{_USAGE}"
+            )
+        return self
+
+    async def __anext__(self) -> dict:
+        if self._state == "new":
+            self.__aiter__()
+        if self._state == "closed":
+            raise StopAsyncIteration
+        slot = None
+        try:
+            try:
+                slot = await self._recv.receive()
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                slot = None
+            if slot is not None:
+                await slot.done.wait()
+        except BaseException:
+            # The consumer was cancelled (or interrupted) while waiting: close everything.
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+            if slot is not None:
+                slot.discard()
+            raise
+        if slot is None or slot.end:
+            await self.aclose()
+            if slot is None and self._feed_error is not None:
+                raise self._feed_error
+            raise StopAsyncIteration
+        if slot.error is not None:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+            raise slot.error
+        if slot.result is None:      # cancelled under us: the pipeline is closing
+            await self.aclose()
+            raise ClosedError("the pipeline was closed")
+        slot.handed = True
+        self._delivered += 1
+        self._tokens_send.send_nowait(None)      # the next request may start
+        return slot.result
