@@ -25,8 +25,8 @@ from ._primitive_cache import (
     global_primitive_cache,
 )
 from ._reply import ReplySlot
-from ._submission import Submission
 from ._stream_actor import StreamActor
+from ._submission import Submission
 
 __all__ = [
     "Barrier",

@@ -30,8 +30,9 @@ class KernelLaunch:
     op: ClassVar[str] = "kernel"
     submission: Submission
     deps: tuple
-    # A triodnn Primitive: the actor launches its ``_kernel`` with ``spec.global_size`` and
-    # ``spec.local_size``; instruments describe it (kind, impl, descriptors).
+    # A triodnn Primitive: the actor launches its ``launch`` handle (the ``BuiltKernel`` the
+    # compiler made) with its spec's global and local size; instruments describe it (kind, impl,
+    # descriptors).
     primitive: object
     buffers: tuple = attrs.field(repr=False)
 

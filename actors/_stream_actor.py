@@ -225,8 +225,8 @@ class StreamActor:
         kind = type(command)
         wait = wait_for or None
         if kind is KernelLaunch:  # first: nearly every command is one
-            primitive = command.primitive
-            kernel, spec = primitive._kernel, primitive.spec
+            launch = command.primitive.launch  # the BuiltKernel the compiler made for this context
+            kernel, spec = launch.kernel, launch.spec
             kernel.set_args(*command.buffers)
             return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
         if kind is WriteBuffer:

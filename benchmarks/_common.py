@@ -103,10 +103,11 @@ def command_line() -> str:
 
 
 class SpinDesc:
-    """A duck-typed primitive descriptor: one work-item runs a dependent float loop.
+    """A custom primitive kind: one work-item runs a dependent float loop.
 
-    ``engine.create_primitive`` accepts any object with ``generate(config)`` and ``arg_descs``;
-    this one ignores the device's config and launches global = local = 1.
+    ``engine.create_primitive`` accepts any descriptor whose class is registered with
+    ``triodnn.kernels.register`` (below) and that has ``kind``, ``label`` and ``arg_descs``; this
+    one ignores the device's config and launches global = local = 1.
     """
 
     kind = "custom"
@@ -134,6 +135,10 @@ class SpinDesc:
     def reference(self, x: np.ndarray) -> np.ndarray:
         # x_{k+1} = 0.999 x_k + 0.001 has the closed form 1 + (x_0 - 1) * 0.999**k.
         return (1.0 + (x.astype(np.float64) - 1.0) * 0.999 ** self.iters).astype(np.float32)
+
+
+# Declared in the op registry like triodnn's own kinds: its generator is the method.
+triodnn.kernels.register(SpinDesc, generate=SpinDesc.generate)
 
 
 # -- statistics ----------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ import shutil
 import sys
 import tempfile
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
@@ -64,8 +65,6 @@ import triodnn
 from triodnn.kernels import binary as binary_kernels
 from triodnn.kernels import eltwise as eltwise_kernels
 from triodnn.kernels import program_source, tolerance
-
-import _common as common
 
 perf = time.perf_counter
 CHILD_MARK = "bench_cache child result: "
@@ -243,7 +242,7 @@ async def creation_burst(engine, desc, n: int) -> dict:
         "done_spread_ms": (max(done) - min(done)) * 1e3,
         "misses": d["misses"], "coalesced": d["coalesced"], "hits": d["hits"],
         "programs_built": engine.statistics().programs_built - built0,
-        "kernel_objects": len({id(p._kernel) for p in primitives}),
+        "kernel_objects": len({id(p.launch.kernel) for p in primitives}),
         "primitive": primitives[0],
     }
 

@@ -54,14 +54,13 @@ import sys
 import threading
 import time
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
+from _common import SpinDesc
 
 import triodnn
-
-import _common as common
-from _common import SpinDesc
 
 perf = time.perf_counter
 COMPLETE = cl.command_execution_status.COMPLETE
@@ -225,7 +224,7 @@ class KernelSection:
         self.primitive = primitive
         self.args = {"src": src, "dst": dst}
         self.queue = cl.CommandQueue(engine.cl_context, engine.cl_device)
-        self.kernel = primitive._kernel
+        self.kernel = primitive.launch.kernel
         self.buffers = (src.cl_buffer, dst.cl_buffer)
         self.token = trio.lowlevel.current_trio_token()
 

@@ -12,11 +12,11 @@ checked against the kernels' numpy reference first.
 
 from __future__ import annotations
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
 
-import _common as common
 import triodnn
 from triodnn import MemoryDesc, StreamFlags
 from triodnn.kernels import eltwise, matmul, normalization, softmax, tolerance

@@ -15,14 +15,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import _common as common
 import numpy as np
 import trio
 
-import _common as common
 import triodnn
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor, load
 from triodnn.testing import make_inputs
-
 
 try:  # optional peer, compared on a CUDA GPU
     import torch

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import time
 
+import _common as common
 import numpy as np
 import trio
 
-import _common as common
 import triodnn
 from triodnn import StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor, compile_graph

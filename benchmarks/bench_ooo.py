@@ -46,16 +46,15 @@ import gc
 import os
 import time
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
+from _common import SpinDesc
 
 import triodnn
 from triodnn.kernels import eltwise as eltwise_kernels
 from triodnn.kernels import tolerance
-
-import _common as common
-from _common import SpinDesc
 
 perf = time.perf_counter
 KERNELS = 8
@@ -157,7 +156,7 @@ class RawVariant:
         self.name = name
         self.queues = queues
         self.work = work
-        self.kernel = work.primitive._kernel
+        self.kernel = work.primitive.launch.kernel
         self.global_size = work.primitive.spec.global_size
         self.local_size = work.primitive.spec.local_size
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import time
 
+import _common as common
+import bench_graph
 import numpy as np
 import trio
 
-import _common as common
-import bench_graph
 import triodnn
 from triodnn.testing import make_inputs
 

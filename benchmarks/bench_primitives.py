@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
+import _common as common
 import numpy as np
 import trio
 
-import _common as common
 import triodnn
 from triodnn import MemoryDesc
 from triodnn.kernels import convolution, eltwise, matmul, normalization, softmax, tolerance

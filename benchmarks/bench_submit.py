@@ -2,7 +2,7 @@
 
 The kernel is a triodnn primitive (relu on 64 f32 by default, one work-group): triodnn runs it
 with ``stream.execute``; the raw variant takes the primitive's own ``cl.Kernel``
-(``primitive._kernel``) and launch geometry (``primitive.spec``) and runs
+(``primitive.launch.kernel``) and launch geometry (``primitive.spec``) and runs
 ``kernel.set_args(src, dst)`` + ``cl.enqueue_nd_range_kernel`` on a plain in-order queue of the
 same context. Measured, per command:
 
@@ -23,13 +23,12 @@ from __future__ import annotations
 import gc
 import time
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
 
 import triodnn
-
-import _common as common
 
 perf = time.perf_counter
 
@@ -47,7 +46,7 @@ class Raw:
 
     def __init__(self, engine, primitive, src, dst) -> None:
         self.queue = cl.CommandQueue(engine.cl_context, engine.cl_device)
-        self.kernel = primitive._kernel
+        self.kernel = primitive.launch.kernel
         self.global_size = primitive.spec.global_size
         self.local_size = primitive.spec.local_size
         self.buffers = (src.cl_buffer, dst.cl_buffer)

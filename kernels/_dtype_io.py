@@ -23,7 +23,7 @@ copied). Pure: strings and numpy arrays only.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -17,7 +17,7 @@ eltwise post-op, so generators know nothing of it.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import numpy as np

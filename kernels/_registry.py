@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from .._values._kernel_spec import KernelConfig, KernelSpec
 from .._values._errors import UnsupportedError
+from .._values._kernel_spec import KernelConfig, KernelSpec
 
 
 @attrs.frozen
@@ -55,8 +55,4 @@ def kind_of(desc) -> KernelKind:
 
 def generate(desc, config: KernelConfig) -> KernelSpec:
     """The kernel for ``desc`` shaped for ``config`` (a device's ``KernelConfig``)."""
-    kind = KERNELS.get(type(desc))
-    if kind is None:
-        # Transitional: descriptors not yet moved to the registry generate themselves.
-        return desc.generate(config)
-    return kind.generate(desc, config)
+    return kind_of(desc).generate(desc, config)

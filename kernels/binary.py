@@ -24,12 +24,12 @@ import math
 
 import numpy as np
 
+from .._values._algorithms import BINARY_ALGORITHMS
 from .._values._algorithms import COMPARISONS as COMPARISONS
 from .._values._algorithms import TERNARY as TERNARY
 from .._values._algorithms import broadcast_dims as broadcast_dims
-from .._values._algorithms import BINARY_ALGORITHMS
 from .._values._binary_desc import BinaryDesc
-from . import _dtype_io, _elementwise, _post_ops
+from . import _dtype_io, _elementwise, _post_ops, tolerance
 from ._elementwise import EXACT as EXACT
 from ._elementwise import binary_expression
 from ._post_ops import aligned_strides
@@ -180,6 +180,7 @@ def desc_reference(desc: BinaryDesc, inputs: dict[str, np.ndarray]) -> np.ndarra
     return _dtype_io.store_reference(y, desc.dst.dtype)
 
 
-# No tolerance here: kernels/tolerance.py imports this module (for EXACT), so importing it back
-# would make a cycle; ``tolerance.binary(desc.alg)`` is the threshold.
-register(BinaryDesc, generate=generate, reference=desc_reference)
+register(
+    BinaryDesc, generate=generate, reference=desc_reference,
+    tolerance=lambda desc: tolerance.binary(desc.alg),
+)

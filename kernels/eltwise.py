@@ -25,10 +25,10 @@ import math
 
 import numpy as np
 
-from .._values._algorithms import NONZERO_ALPHA as NONZERO_ALPHA
 from .._values._algorithms import ELTWISE_ALGORITHMS, ELTWISE_DEFAULTS, eltwise_parameters
+from .._values._algorithms import NONZERO_ALPHA as NONZERO_ALPHA
 from .._values._eltwise_desc import EltwiseDesc
-from . import _dtype_io, _elementwise, _post_ops
+from . import _dtype_io, _elementwise, _post_ops, tolerance
 from ._elementwise import TRANSCENDENTAL as TRANSCENDENTAL
 from ._elementwise import eltwise_function
 from ._registry import register
@@ -152,6 +152,7 @@ def desc_reference(desc: EltwiseDesc, inputs: dict[str, np.ndarray]) -> np.ndarr
     return _dtype_io.store_reference(y, desc.dst.dtype)
 
 
-# No tolerance here: kernels/tolerance.py imports this module (for TRANSCENDENTAL), so importing it
-# back would make a cycle; ``tolerance.eltwise(desc.alg)`` is the threshold.
-register(EltwiseDesc, generate=generate, reference=desc_reference)
+register(
+    EltwiseDesc, generate=generate, reference=desc_reference,
+    tolerance=lambda desc: tolerance.eltwise(desc.alg),
+)

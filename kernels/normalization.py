@@ -39,7 +39,7 @@ and so are post-op operands. The all-f32 kernels are the plain ones.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import normalization as _normalization
+from . import pooling as _pooling
+from ._elementwise import EXACT, TRANSCENDENTAL
+
 _F32_EPS = float(np.finfo(np.float32).eps)  # 1.19e-7
 
 BINARY = _F32_EPS
@@ -17,8 +21,6 @@ ELTWISE_TRANSCENDENTAL = 4e-5
 
 
 def eltwise(alg: str) -> float:
-    from .eltwise import TRANSCENDENTAL
-
     return ELTWISE_TRANSCENDENTAL if alg in TRANSCENDENTAL else ELTWISE
 
 
@@ -88,36 +90,29 @@ BINARY_EXACT = 0.0
 
 
 def binary(alg: str) -> float:
-    from .binary import EXACT
-
     return BINARY_EXACT if alg in EXACT else BINARY
 
 
-# The kinds below keep their thresholds beside their generators, where the reasoning about their
-# rounding lives; these entries make this module the one place to look them all up.
+# Pooling and the normalizations keep their thresholds beside their generators, where the
+# reasoning about their rounding lives; these entries make this module the one place to look
+# them all up. (Those modules never import this one, so it may import them.)
 
 
 def pooling(alg: str, window: int) -> float:
     """Max pooling is exact; averages round once per summed element (see kernels/pooling.py)."""
-    from .pooling import tolerance as pooling_tolerance
-
-    return pooling_tolerance(alg, window)
+    return _pooling.tolerance(alg, window)
 
 
 def normalization(kind: str) -> float:
     """Layer, RMS, group (8 eps) and batch normalization (6e-7), after benchdnn's thresholds."""
-    from . import normalization as norm
-
     return {
-        "layer_normalization": norm.LNORM,
-        "rms_normalization": norm.RMSNORM,
-        "group_normalization": norm.GNORM,
-        "batch_normalization": norm.BNORM,
+        "layer_normalization": _normalization.LNORM,
+        "rms_normalization": _normalization.RMSNORM,
+        "group_normalization": _normalization.GNORM,
+        "batch_normalization": _normalization.BNORM,
     }[kind]
 
 
 def sum_(n_inputs: int) -> float:
-    """eps * N, benchdnn's sum threshold (see kernels/sum.py)."""
-    from .sum import threshold
-
-    return threshold(n_inputs)
+    """eps * N, benchdnn's sum threshold for f32 (each input adds one rounding; see kernels/sum.py)."""
+    return _F32_EPS * n_inputs

@@ -10,63 +10,71 @@
 
 from . import ocl_interop, trace
 from ._blocking import Blocking, BlockingPortal, start_blocking
-from ._engine import DeviceIdentity, DeviceInfo, Engine, EngineIdentity
-from ._values._errors import (
-    ArgumentMismatchError,
-    BuildError,
-    CacheBlobError,
-    ClosedError,
-    DependencyError,
-    EngineMismatchError,
-    EngineNotFoundError,
-    ExecutionError,
-    InvalidArgumentError,
-    InvalidGraphError,
-    MissingArgumentError,
-    NotSubmittedError,
-    ProfilingError,
-    ShapeInferenceError,
-    TriodnnError,
-    UnsupportedError,
-)
-from .graph import (
-    CompiledPartitionCacheStatistics,
-    compiled_partition_cache_statistics,
-    get_compiled_partition_cache_capacity,
-    set_compiled_partition_cache_capacity,
-)
+from ._engine import Engine
 from ._event import Event, ProfilingTimes
+from ._instruments import Instrument, add_instrument, remove_instrument
 from ._memory import Memory
-from ._values._memory_desc import MemoryDesc
 from ._primitive import Primitive
-from ._pool_norm_desc import (
-    BatchNormInferenceDesc,
-    GroupNormDesc,
-    LayerNormDesc,
-    PoolingDesc,
-    RMSNormDesc,
-)
 from ._primitive_cache import (
     PrimitiveCacheStatistics,
     get_primitive_cache_capacity,
     primitive_cache_statistics,
     set_primitive_cache_capacity,
 )
-from ._convolution_desc import ConvolutionDesc
-from ._matmul_desc import MatmulDesc
-from ._primitive_desc import BinaryDesc, EltwiseDesc
-from ._reduction_desc import ReductionDesc, SoftmaxDesc
-from ._reorder_desc import ReorderDesc
-from ._sdpa_desc import SdpaDesc
-from ._gen_index_desc import GenIndexDesc
-from ._sum_concat_desc import ConcatDesc, SumDesc
-from ._values._keys import PrimitiveImpl, PrimitiveKey
 from ._runtime import Runtime, available_engines, current_runtime, open_runtime
 from ._stream import Stream, StreamFlags, StreamStatistics
-
+from ._values import (
+    ArgumentMismatchError,
+    BatchNormInferenceDesc,
+    BinaryDesc,
+    BuildError,
+    CacheBlobError,
+    ClosedError,
+    ConcatDesc,
+    ConvolutionDesc,
+    DependencyError,
+    DeviceIdentity,
+    DeviceInfo,
+    EltwiseDesc,
+    EngineIdentity,
+    EngineMismatchError,
+    EngineNotFoundError,
+    ExecutionError,
+    GenIndexDesc,
+    GroupNormDesc,
+    InvalidArgumentError,
+    InvalidGraphError,
+    LayerNormDesc,
+    MatmulDesc,
+    MemoryDesc,
+    MissingArgumentError,
+    NotSubmittedError,
+    PoolingDesc,
+    PrimitiveImpl,
+    PrimitiveKey,
+    ProfilingError,
+    ReductionDesc,
+    ReorderDesc,
+    RMSNormDesc,
+    SdpaDesc,
+    ShapeInferenceError,
+    SoftmaxDesc,
+    SumDesc,
+    TriodnnError,
+    UnsupportedError,
+)
 from ._version import __version__
+from .graph import (
+    CompiledPartitionCacheStatistics,
+    compiled_partition_cache_statistics,
+    get_compiled_partition_cache_capacity,
+    set_compiled_partition_cache_capacity,
+)
 
 __all__ = [
+    "Instrument",
+    "add_instrument",
+    "remove_instrument",
     "BatchNormInferenceDesc",
     "Blocking",
     "BlockingPortal",

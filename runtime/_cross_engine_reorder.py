@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
+from ._memory import Memory
+from ._primitive import Primitive
 from ._values._errors import (
     ArgumentMismatchError,
     CacheBlobError,
@@ -15,9 +17,7 @@ from ._values._errors import (
     InvalidArgumentError,
     MissingArgumentError,
 )
-from ._memory import Memory
 from ._values._memory_desc import MemoryDesc
-from ._primitive import Primitive
 
 if TYPE_CHECKING:
     from ._engine import Engine

@@ -11,19 +11,19 @@ import numpy as np
 import pyopencl as cl
 import trio
 
-from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
-from ._memory import Memory
-from ._values._memory_desc import MemoryDesc
-from ._primitive import Primitive
 from ._cross_engine_reorder import CrossEngineReorder
-from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
-from ._stream import Stream, StreamFlags
-from . import _cache_blob
 from ._instruments import INSTRUMENTS
-from ._version import __version__
+from ._memory import Memory
+from ._primitive import Primitive
+from ._stream import Stream, StreamFlags
+from ._values import _cache_blob
+from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
 from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
+from ._values._memory_desc import MemoryDesc
+from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
+from ._version import __version__
 from .actors import BuildRequest, DeviceActor
-from .kernels import KernelConfig, select_config
+from .kernels import KERNELS, KernelConfig, select_config
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -117,11 +117,11 @@ class Engine:
         the same device loads the cached binary here once; a miss compiles in a worker thread of
         the cache actor's nursery, and concurrent requests for the key wait for that one build.
         """
-        if not all(hasattr(desc, name) for name in ("arg_descs", "kind", "label")):
+        if type(desc) not in KERNELS:  # the op registry: a kernel module declared this kind
             raise InvalidArgumentError(f"desc is {type(desc).__name__}, not a triodnn primitive descriptor")
         check = getattr(desc, "check_supported", None)
         if check is not None:
-            check()
+            check()  # once, before any cache is touched: a refused request leaves nothing behind
         return await self._create(desc)
 
     async def _create(self, desc, key_desc=None, make=Primitive, **extra) -> Primitive:
@@ -142,7 +142,7 @@ class Engine:
         impl, how = await self._runtime._cache_actor.get(key, functools.partial(self._build_impl, key))
         built = await self._resources_from(impl)
         primitive = make(
-            self, desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds, entry=impl,
+            self, desc, built, build_seconds=impl.build_seconds, entry=impl,
             **extra,
         )
         INSTRUMENTS.primitive_created(self, primitive, how, started, time.perf_counter() - started)
@@ -235,7 +235,7 @@ class Engine:
         self._runtime._cache_actor.cache.insert(impl.key, impl)
         built = await self._resources_from(impl)
         return Primitive(
-            self, impl.key.desc, built.spec, kernel=built.kernel, build_seconds=impl.build_seconds,
+            self, impl.key.desc, built, build_seconds=impl.build_seconds,
             entry=impl,
         )
 

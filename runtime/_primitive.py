@@ -7,14 +7,21 @@ from typing import TYPE_CHECKING
 import attrs
 import pyopencl as cl
 
+from ._memory import Memory
+from ._values import _cache_blob
 from ._values._errors import (
     ArgumentMismatchError,
+    CacheBlobError,
     EngineMismatchError,
     InvalidArgumentError,
     MissingArgumentError,
 )
-from ._memory import Memory
-from .kernels import KernelSpec
+from ._values._kernel_spec import KernelSpec
+from ._values._keys import PrimitiveImpl
+from ._values._memory_desc import MemoryDesc
+from ._values._op_desc import OpDesc
+from ._version import __version__
+from .actors import BuiltKernel
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -25,11 +32,26 @@ class Primitive:
     """An operation compiled for one engine. Create with ``await engine.create_primitive(desc)``."""
 
     engine: Engine
-    desc: object
-    spec: KernelSpec = attrs.field(repr=False)
-    _kernel: cl.Kernel = attrs.field(alias="kernel", repr=False)
+    desc: OpDesc
+    # The actors' handle of the kernel on this engine's context (a ``BuiltKernel``): what a
+    # ``KernelLaunch`` enqueues. Opaque here: only the stream actor touches its OpenCL objects.
+    launch: BuiltKernel = attrs.field(repr=False)
     build_seconds: float = 0.0
-    _entry: object = attrs.field(default=None, alias="entry", repr=False)  # its PrimitiveImpl
+    _entry: PrimitiveImpl | None = attrs.field(default=None, alias="entry", repr=False)
+    # (argument name, expected MemoryDesc) in kernel order, and the names as a set: computed once,
+    # since ``desc.arg_descs`` builds a dict per call (~1 µs, measured on the execute path).
+    _expected: tuple[tuple[str, MemoryDesc], ...] = attrs.field(init=False, repr=False)
+    _names: frozenset[str] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        descs = self.desc.arg_descs
+        self._expected = tuple((name, descs[name]) for name in self.launch.spec.arg_names)
+        self._names = frozenset(descs)
+
+    @property
+    def spec(self) -> KernelSpec:
+        """The generated kernel: source, entry point, argument order, launch geometry."""
+        return self.launch.spec
 
     @property
     def kind(self) -> str:
@@ -47,10 +69,6 @@ class Primitive:
     def cache_blob(self) -> bytes:
         """This primitive's implementation as bytes, for ``engine.create_primitive_from_cache_blob``
         in this or another process, on an engine of the same device."""
-        from . import _cache_blob
-        from ._values._errors import CacheBlobError
-        from ._version import __version__
-
         if not _cache_blob.serializable(self._entry.key):
             raise CacheBlobError(f"{type(self.desc).__name__} descriptors cannot be stored in a blob")
         return _cache_blob.dump([self._entry], self._entry.key.device, __version__)
@@ -59,9 +77,8 @@ class Primitive:
         """The kernel's buffer arguments in order, after checking every passed Memory."""
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"args must be a dict of name -> Memory, got {type(args).__name__}")
-        expected = self.desc.arg_descs
         buffers = []
-        for name in self.spec.arg_names:
+        for name, expected in self._expected:
             memory = args.get(name)
             if memory is None:
                 raise MissingArgumentError(f"{self.label} needs argument {name!r}")
@@ -69,9 +86,9 @@ class Primitive:
                 raise InvalidArgumentError(
                     f"argument {name!r} is {type(memory).__name__}, expected triodnn.Memory"
                 )
-            if not (memory.desc is expected[name] or memory.desc == expected[name]):
+            if not (memory.desc is expected or memory.desc == expected):
                 raise ArgumentMismatchError(
-                    f"argument {name!r} has memory {memory.desc}; {self.label} expects {expected[name]}"
+                    f"argument {name!r} has memory {memory.desc}; {self.label} expects {expected}"
                 )
             if memory.engine is not engine and (
                 memory.engine.cl_context.int_ptr != engine.cl_context.int_ptr
@@ -82,8 +99,8 @@ class Primitive:
                 )
             buffers.append(memory.cl_buffer)
         if len(args) != len(buffers):
-            unknown = sorted(set(args) - set(expected))
+            unknown = sorted(set(args) - self._names)
             raise ArgumentMismatchError(
-                f"{self.label} takes no argument {unknown[0]!r}; it takes {', '.join(expected)}"
+                f"{self.label} takes no argument {unknown[0]!r}; it takes {', '.join(self.desc.arg_descs)}"
             )
         return tuple(buffers)

@@ -12,15 +12,15 @@ import pyopencl as cl
 import trio
 
 from ._engine import ENGINE_KINDS, DeviceInfo, Engine
-from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
+from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._verbose import VERBOSE
 from .actors import (
     CacheActor,
     CompletionActor,
-    DeviceRecord,
     DeviceActor,
+    DeviceRecord,
     StreamActor,
     choose_out_of_order_strategy,
     describe_device,

@@ -9,16 +9,16 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
+from ._event import Event
 from ._instruments import INSTRUMENTS
+from ._memory import Memory, _is_row_major, stage
+from ._primitive import Primitive
 from ._values._errors import (
     ArgumentMismatchError,
     ClosedError,
     EngineMismatchError,
     InvalidArgumentError,
 )
-from ._event import Event
-from ._memory import Memory, _is_row_major, stage
-from ._primitive import Primitive
 from .actors import Barrier, Command, KernelLaunch, Marker, ReadBuffer, StreamActor, Submission, WriteBuffer
 from .actors._allocator import note_uses
 

@@ -66,10 +66,10 @@ import attrs
 import pyopencl as cl
 
 from ._engine import Engine
-from ._values._errors import EngineMismatchError, ExecutionError, InvalidArgumentError, TriodnnError
 from ._primitive import Primitive
 from ._runtime import Runtime, current_runtime
 from ._stream import Stream, StreamFlags
+from ._values._errors import EngineMismatchError, ExecutionError, InvalidArgumentError, TriodnnError
 from .actors import device_kind, list_devices
 from .graph import CompiledPartition
 

@@ -3,3 +3,47 @@
 The bottom layer of triodnn. Nothing here imports pyopencl or trio, or any other triodnn layer:
 kernels generate from these values, actors key caches on them, the public API re-exports them.
 """
+
+from ._binary_desc import BinaryDesc as BinaryDesc
+from ._concat_desc import ConcatDesc as ConcatDesc
+from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
+from ._eltwise_desc import EltwiseDesc as EltwiseDesc
+from ._errors import ArgumentMismatchError as ArgumentMismatchError
+from ._errors import BuildError as BuildError
+from ._errors import CacheBlobError as CacheBlobError
+from ._errors import ClosedError as ClosedError
+from ._errors import DependencyError as DependencyError
+from ._errors import EngineMismatchError as EngineMismatchError
+from ._errors import EngineNotFoundError as EngineNotFoundError
+from ._errors import ExecutionError as ExecutionError
+from ._errors import InvalidArgumentError as InvalidArgumentError
+from ._errors import InvalidGraphError as InvalidGraphError
+from ._errors import MissingArgumentError as MissingArgumentError
+from ._errors import NotSubmittedError as NotSubmittedError
+from ._errors import ProfilingError as ProfilingError
+from ._errors import ShapeInferenceError as ShapeInferenceError
+from ._errors import TriodnnError as TriodnnError
+from ._errors import UnsupportedError as UnsupportedError
+from ._gen_index_desc import GenIndexDesc as GenIndexDesc
+from ._keys import DeviceIdentity as DeviceIdentity
+from ._keys import DeviceInfo as DeviceInfo
+from ._keys import EngineIdentity as EngineIdentity
+from ._keys import PrimitiveImpl as PrimitiveImpl
+from ._keys import PrimitiveKey as PrimitiveKey
+from ._matmul_desc import MatmulDesc as MatmulDesc
+from ._memory_desc import MemoryDesc as MemoryDesc
+from ._normalization_desc import BatchNormInferenceDesc as BatchNormInferenceDesc
+from ._normalization_desc import GroupNormDesc as GroupNormDesc
+from ._normalization_desc import LayerNormDesc as LayerNormDesc
+from ._normalization_desc import RMSNormDesc as RMSNormDesc
+from ._op_desc import OP_KINDS as OP_KINDS
+from ._op_desc import Arg as Arg
+from ._op_desc import OpDesc as OpDesc
+from ._op_desc import op_kind as op_kind
+from ._pooling_desc import PoolingDesc as PoolingDesc
+from ._reduction_desc import ReductionDesc as ReductionDesc
+from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
+from ._reorder_desc import ReorderDesc as ReorderDesc
+from ._sdpa_desc import SdpaDesc as SdpaDesc
+from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
+from ._sum_desc import SumDesc as SumDesc

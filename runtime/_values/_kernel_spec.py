@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import attrs
 
-
 # Bytes of __local memory per work-group that OpenCL 1.2's full profile guarantees.
 MIN_LOCAL_MEMORY = 32 * 1024
 

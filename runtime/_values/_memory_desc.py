@@ -7,7 +7,7 @@ import math
 import attrs
 import numpy as np
 
-from ._dtypes import data_type
+from ._dtypes import data_type, dtype_of_numpy
 from ._errors import InvalidArgumentError
 
 MAX_NDIMS = 12  # oneDNN's DNNL_MAX_NDIMS
@@ -150,8 +150,6 @@ class MemoryDesc:
     @classmethod
     def like(cls, array: np.ndarray) -> MemoryDesc:
         """A dense row-major descriptor with the shape and dtype of ``array``."""
-        from ._dtypes import dtype_of_numpy
-
         return cls(tuple(array.shape), dtype_of_numpy(array.dtype))
 
     def __str__(self) -> str:

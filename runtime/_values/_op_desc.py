@@ -22,10 +22,10 @@ from typing import ClassVar
 
 import attrs
 
+from . import _post_ops
 from ._dtypes import DATA_TYPES
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
-from . import _post_ops
 
 # Every storage type a kernel can load and store ("f32 math, any storage").
 ANY_STORAGE: tuple[str, ...] = tuple(DATA_TYPES)

@@ -8,21 +8,21 @@ import attrs
 import trio
 
 from .._engine import Engine
+from .._event import Event
+from .._memory import Memory
+from .._stream import Stream, StreamFlags
 from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
     InvalidArgumentError,
 )
-from .._event import Event
-from .._memory import Memory
 from .._values._memory_desc import MemoryDesc
-from .._stream import Stream, StreamFlags
 from ._fusion import find_chains
-from ._sdpa_pattern import find_sdpa
 from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
+from ._sdpa_pattern import find_sdpa
 from ._tensor import Tensor
 
 if TYPE_CHECKING:

@@ -28,14 +28,14 @@ import trio
 
 from .._engine import Engine
 from .._event import Event
+from .._memory import Memory, _is_row_major
+from .._stream import Stream, check_deps
 from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
     InvalidArgumentError,
 )
-from .._memory import Memory, _is_row_major
 from .._values._memory_desc import MemoryDesc
-from .._stream import Stream, check_deps
 from ._compiled_partition import CompiledPartition
 from ._graph import Graph
 from ._handlers import Handler, check_results

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 import numpy as np

@@ -12,27 +12,29 @@ graph names.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 
-from .._convolution_desc import ConvolutionDesc
-from .._values._errors import UnsupportedError
-from .._gen_index_desc import GenIndexDesc
-from .._matmul_desc import MatmulDesc
-from .._values._memory_desc import MemoryDesc
-from .._pool_norm_desc import (
+from .._values import (
     BatchNormInferenceDesc,
+    BinaryDesc,
+    ConcatDesc,
+    ConvolutionDesc,
+    EltwiseDesc,
+    GenIndexDesc,
     GroupNormDesc,
     LayerNormDesc,
+    MatmulDesc,
     PoolingDesc,
+    ReductionDesc,
+    ReorderDesc,
     RMSNormDesc,
+    SdpaDesc,
+    SoftmaxDesc,
 )
-from .._primitive_desc import BinaryDesc, EltwiseDesc
-from .._reduction_desc import ReductionDesc, SoftmaxDesc
-from .._reorder_desc import ReorderDesc
-from .._sdpa_desc import SdpaDesc
-from .._sum_concat_desc import ConcatDesc
+from .._values._errors import UnsupportedError
+from .._values._memory_desc import MemoryDesc
 from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
 from ._op import Op
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters

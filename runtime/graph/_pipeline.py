@@ -21,7 +21,8 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import inspect
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import attrs
 import trio

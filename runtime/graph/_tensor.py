@@ -6,8 +6,8 @@ import attrs
 import numpy as np
 
 from .._engine import Engine
-from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from .._memory import Memory
+from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from ._logical_tensor import LogicalTensor
 
 

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import trio
 
-from .._primitive_desc import BinaryDesc, EltwiseDesc
 from .._runtime import open_runtime, parse_engine_spec
 from .._stream import StreamFlags
+from .._values import BinaryDesc, EltwiseDesc
 from .._values._memory_desc import MemoryDesc
 from ..kernels import binary, eltwise, tolerance
 

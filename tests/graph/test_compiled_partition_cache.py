@@ -23,8 +23,7 @@ import trio.testing
 
 import triodnn
 from triodnn.actors import COMPILED_PARTITION_CAPACITY_ENV_VARS, CacheStatistics, capacity_from_env
-from triodnn.graph import Graph, LogicalTensor, Op, Tensor
-from triodnn.graph import _compiled_partition
+from triodnn.graph import Graph, LogicalTensor, Op, Tensor, _compiled_partition
 from triodnn.graph._compiled_partition_key import CompiledPartitionKey, normalise_attr
 
 ENV_VARS = (

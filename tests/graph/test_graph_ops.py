@@ -28,7 +28,7 @@ from triodnn.graph._shape_inference import (
     infer_output_shapes,
     spatial_geometry,
 )
-from triodnn.testing import ROLES, fill_input, narrowest_dtype, reference, tolerance, to_dtype_values
+from triodnn.testing import ROLES, fill_input, narrowest_dtype, reference, to_dtype_values, tolerance
 
 PUBLIC_GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
 INT64_MIN = -(2**63)

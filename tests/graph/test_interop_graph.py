@@ -12,9 +12,9 @@ import pyopencl as cl
 import pytest
 import trio
 import trio.testing
+from conftest import default_record
 
 import triodnn
-from conftest import default_record
 from triodnn import EltwiseDesc, MemoryDesc, StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
 from triodnn.kernels import eltwise, tolerance

@@ -11,7 +11,6 @@ import triodnn
 from triodnn import InvalidArgumentError, MemoryDesc
 from triodnn.kernels import c_float, dense_strides, is_dense
 
-
 # -- layouts -----------------------------------------------------------------------------------
 
 

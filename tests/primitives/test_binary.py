@@ -8,7 +8,11 @@ import pytest
 
 import triodnn
 from triodnn import (
-    ArgumentMismatchError, BinaryDesc, InvalidArgumentError, MemoryDesc, MissingArgumentError,
+    ArgumentMismatchError,
+    BinaryDesc,
+    InvalidArgumentError,
+    MemoryDesc,
+    MissingArgumentError,
 )
 from triodnn.kernels import KernelConfig, binary, tolerance
 

@@ -16,8 +16,8 @@ import pytest
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc
-from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._values._concat_desc import ConcatDesc
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._values._sum_desc import SumDesc
 from triodnn.kernels import _dtype_io, _post_ops, binary, concat, eltwise, select_config, tolerance
 from triodnn.kernels import sum as sum_kernels

@@ -21,8 +21,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triodnn import BinaryDesc, EltwiseDesc, MatmulDesc, MemoryDesc, ReductionDesc, SoftmaxDesc
-from triodnn import ReorderDesc
+from triodnn import BinaryDesc, EltwiseDesc, MatmulDesc, MemoryDesc, ReductionDesc, ReorderDesc, SoftmaxDesc
 from triodnn.kernels import binary, eltwise, matmul, reduction, reorder, softmax, tolerance
 
 

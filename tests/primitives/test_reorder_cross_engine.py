@@ -18,6 +18,7 @@ import trio.testing
 
 import triodnn
 from triodnn import MemoryDesc, ReorderDesc, StreamFlags
+from triodnn._cross_engine_reorder import CrossEngineReorder
 from triodnn._values._errors import (
     ArgumentMismatchError,
     CacheBlobError,
@@ -27,7 +28,6 @@ from triodnn._values._errors import (
     InvalidArgumentError,
     MissingArgumentError,
 )
-from triodnn._cross_engine_reorder import CrossEngineReorder
 from triodnn._values._reorder_desc import CrossEngineReorderDesc
 from triodnn.kernels import reorder
 from triodnn.ocl_interop import make_engine
@@ -210,7 +210,7 @@ async def test_cache_key_holds_both_engines(pair):
     # Contexts do not outlive the process: cross-engine entries stay out of blobs.
     with pytest.raises(CacheBlobError, match="cross-engine"):
         ab.cache_blob()
-    blob_keys = [impl.key for impl in triodnn._cache_blob.load(a.primitive_cache_blob(),
+    blob_keys = [impl.key for impl in triodnn._values._cache_blob.load(a.primitive_cache_blob(),
                                                                a._device_identity, triodnn.__version__)]
     assert plain._entry.key in blob_keys
     assert not any(k.desc == key.desc for k in blob_keys)

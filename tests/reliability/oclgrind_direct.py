@@ -24,9 +24,22 @@ import numpy as np
 import pyopencl as cl
 
 from triodnn import (
-    BatchNormInferenceDesc, BinaryDesc, ConcatDesc, ConvolutionDesc, EltwiseDesc, GroupNormDesc,
-    LayerNormDesc, MatmulDesc, MemoryDesc, PoolingDesc, ReductionDesc, ReorderDesc, RMSNormDesc,
-    SdpaDesc, SoftmaxDesc, SumDesc,
+    BatchNormInferenceDesc,
+    BinaryDesc,
+    ConcatDesc,
+    ConvolutionDesc,
+    EltwiseDesc,
+    GroupNormDesc,
+    LayerNormDesc,
+    MatmulDesc,
+    MemoryDesc,
+    PoolingDesc,
+    ReductionDesc,
+    ReorderDesc,
+    RMSNormDesc,
+    SdpaDesc,
+    SoftmaxDesc,
+    SumDesc,
 )
 from triodnn.kernels import KernelConfig, generate, program_source
 from triodnn.kernels._spec import MIN_LOCAL_MEMORY

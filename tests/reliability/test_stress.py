@@ -63,6 +63,10 @@ class BrokenDesc:
         )
 
 
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(BrokenDesc, generate=BrokenDesc.generate)
+
+
 @attrs.frozen
 class RaisingDesc:
     """A generator that raises RuntimeError: BuildError chained to it."""
@@ -80,6 +84,10 @@ class RaisingDesc:
 
     def generate(self, config) -> KernelSpec:
         raise RuntimeError(f"generator of {self.label} gave up")
+
+
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(RaisingDesc, generate=RaisingDesc.generate)
 
 
 def leaky(n: int, alpha: float) -> EltwiseDesc:

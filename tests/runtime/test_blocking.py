@@ -4,6 +4,7 @@ from several OS threads at once."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,6 @@ import pytest
 import triodnn
 from triodnn import EltwiseDesc, MemoryDesc
 from triodnn.graph import Tensor, load
-from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 

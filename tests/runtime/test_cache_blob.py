@@ -13,7 +13,7 @@ import pytest
 
 import triodnn
 from triodnn import BinaryDesc, CacheBlobError, EltwiseDesc, MemoryDesc
-from triodnn._cache_blob import MAGIC
+from triodnn._values._cache_blob import MAGIC
 from triodnn.kernels import eltwise, tolerance
 
 

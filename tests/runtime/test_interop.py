@@ -7,9 +7,9 @@ import pyopencl as cl
 import pytest
 import trio
 import trio.testing
+from conftest import default_record
 
 import triodnn
-from conftest import default_record
 from triodnn import EltwiseDesc, MemoryDesc, StreamFlags
 from triodnn.kernels import eltwise, tolerance
 from triodnn.ocl_interop import make_engine, make_stream

@@ -124,6 +124,10 @@ class GatedDesc:
         return triodnn.kernels.generate(self.inner, config)
 
 
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(GatedDesc, generate=GatedDesc.generate)
+
+
 def gated(n: int) -> tuple[GatedDesc, threading.Event, threading.Event]:
     gate, started = threading.Event(), threading.Event()
     return GatedDesc(n, gate, started), gate, started
@@ -157,6 +161,10 @@ class BrokenDesc:
         )
 
 
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(BrokenDesc, generate=BrokenDesc.generate)
+
+
 @attrs.frozen
 class RaisingDesc:
     """A descriptor whose source generation itself raises ``error``."""
@@ -176,6 +184,10 @@ class RaisingDesc:
 
     def generate(self, config) -> KernelSpec:
         raise self.error(f"generator of {self.label} gave up")
+
+
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(RaisingDesc, generate=RaisingDesc.generate)
 
 
 # -- 1. capacity from the environment ------------------------------------------------------------

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import triodnn
-from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc, StreamFlags
-from triodnn import _trace
+from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc, StreamFlags, _trace
 from triodnn._cli import main
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "graphs").glob("*.json"))

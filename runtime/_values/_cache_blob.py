@@ -17,40 +17,15 @@ import struct
 
 import attrs
 
-from ._values._errors import CacheBlobError
-from ._convolution_desc import ConvolutionDesc
-from ._matmul_desc import MatmulDesc
-from ._values._memory_desc import MemoryDesc
-from ._pool_norm_desc import (
-    BatchNormInferenceDesc,
-    GroupNormDesc,
-    LayerNormDesc,
-    PoolingDesc,
-    RMSNormDesc,
-)
-from ._primitive_desc import BinaryDesc, EltwiseDesc
-from ._reduction_desc import ReductionDesc, SoftmaxDesc
-from ._reorder_desc import ReorderDesc
-from ._sdpa_desc import SdpaDesc
-from ._gen_index_desc import GenIndexDesc
-from ._sum_concat_desc import ConcatDesc, SumDesc
-from ._values._keys import PrimitiveImpl, PrimitiveKey
-from .kernels import KernelConfig, KernelSpec
+from ._errors import CacheBlobError
+from ._kernel_spec import KernelConfig, KernelSpec
+from ._keys import PrimitiveImpl, PrimitiveKey
+from ._memory_desc import MemoryDesc
+from ._op_desc import OP_KINDS
 
 MAGIC = b"TRIODNN-PRIMITIVE-CACHE-BLOB\n"
 FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<I")
-
-# Descriptor kinds a blob can carry; descriptors of other classes are left out of engine blobs.
-DESC_CLASSES = {
-    cls.kind: cls
-    for cls in (
-        EltwiseDesc, BinaryDesc, MatmulDesc, SoftmaxDesc, ReductionDesc, SumDesc, ConcatDesc,
-        ReorderDesc, ConvolutionDesc, PoolingDesc, LayerNormDesc, RMSNormDesc,
-        BatchNormInferenceDesc, GroupNormDesc, SdpaDesc, GenIndexDesc,
-    )
-}
-
 
 def _value_to_json(value):
     if isinstance(value, MemoryDesc):
@@ -70,7 +45,9 @@ def _value_from_json(value):
 
 
 def serializable(key: PrimitiveKey) -> bool:
-    return DESC_CLASSES.get(key.kind) is type(key.desc)
+    # Registered kinds only (``@op_kind``): a key descriptor such as the cross-engine reorder's
+    # holds engine identities, which mean nothing in another process.
+    return OP_KINDS.get(key.kind) is type(key.desc)
 
 
 def _key_to_json(key: PrimitiveKey) -> dict:
@@ -88,7 +65,7 @@ def _key_to_json(key: PrimitiveKey) -> dict:
 
 
 def _key_from_json(data: dict, device) -> PrimitiveKey:
-    cls = DESC_CLASSES.get(data["kind"])
+    cls = OP_KINDS.get(data["kind"])
     if cls is None:
         raise CacheBlobError(f"blob entry of unknown primitive kind {data['kind']!r}")
     desc = cls(**{name: _value_from_json(value) for name, value in data["desc"].items()})
