@@ -13,6 +13,7 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import ExecutionError, InvalidArgumentError
+from ._submission import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -31,8 +32,8 @@ class UserAllocation:
     buffer: cl.Buffer
     nbytes: int
     uses: list = attrs.field(factory=list)
-    last: object = None  # the most recent use, even when pruned
-    after: object = None  # a submission the owner says completes after every use
+    last: Submission | None = None  # the most recent use, even when pruned
+    after: Submission | None = None  # a submission the owner says completes after every use
     prune_at: int = 16
 
     def note(self, submission) -> None:
@@ -147,9 +148,10 @@ class DeviceAllocator:
         """Hand ``record`` back now or once its uses are enqueued; never raises (it may run in a
         finalizer or a trio ``run_sync_soon`` callback)."""
         on_trio_thread = threading.get_ident() == self._thread
-        if self._nursery is not None and not on_trio_thread:
+        token = self._token  # set with the nursery
+        if self._nursery is not None and token is not None and not on_trio_thread:
             try:
-                self._token.run_sync_soon(self._retire, record)
+                token.run_sync_soon(self._retire, record)
                 return
             except trio.RunFinishedError:
                 pass  # the run has ended: its streams finished every command
@@ -202,7 +204,9 @@ class DeviceAllocator:
             return running[0]
         if self._release_queue is None:
             ooo = self.device.queue_properties & _OOO
-            self._release_queue = cl.CommandQueue(self.context, self.device, _OOO if ooo else 0)
+            self._release_queue = (
+                cl.CommandQueue(self.context, self.device, _OOO) if ooo else cl.CommandQueue(self.context, self.device)
+            )
         marker = cl.enqueue_marker(self._release_queue, wait_for=running)
         self._release_queue.flush()
         return marker

@@ -14,13 +14,21 @@ rather than the kernel, global and local size apart.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import attrs
 import numpy as np
 import pyopencl as cl
 
+from ._compiler import BuiltKernel
 from ._submission import Submission
+
+
+class Launchable(Protocol):
+    """What a kernel launch needs of the triodnn ``Primitive`` it carries (a layer above)."""
+
+    @property
+    def launch(self) -> BuiltKernel: ...
 
 
 @attrs.frozen(eq=False, init=False)
@@ -33,10 +41,10 @@ class KernelLaunch:
     # A triodnn Primitive: the actor launches its ``launch`` handle (the ``BuiltKernel`` the
     # compiler made) with its spec's global and local size; instruments describe it (kind, impl,
     # descriptors).
-    primitive: object
+    primitive: Launchable
     buffers: tuple = attrs.field(repr=False)
 
-    def __init__(self, submission: Submission, deps: tuple, primitive: object, buffers: tuple) -> None:
+    def __init__(self, submission: Submission, deps: tuple, primitive: Launchable, buffers: tuple) -> None:
         # The record of nearly every command: its slots are set through their own descriptors,
         # 270 ns, where attrs' frozen __init__ (object.__setattr__ per field) takes 390 ns.
         _set_submission(self, submission)

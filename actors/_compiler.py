@@ -20,6 +20,8 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import BuildError, ClosedError
+from .._values._kernel_spec import KernelConfig, KernelSpec
+from .._values._op_desc import OpDesc
 from ..kernels import generate, local_memory_bytes, program_source
 from ._program_binary import program_binary
 from ._reply import ReplySlot
@@ -36,8 +38,8 @@ class BuildRequest:
     descriptor's business and may take its time.
     """
 
-    desc: object = attrs.field(eq=False)
-    config: object
+    desc: OpDesc = attrs.field(eq=False)
+    config: KernelConfig
     options: tuple[str, ...] = ()
     binary: bytes | None = attrs.field(default=None, eq=False, repr=False)
 
@@ -46,7 +48,7 @@ class BuildRequest:
 class BuiltKernel:
     """A kernel ready on this engine's context, and what makes it context-independent."""
 
-    spec: object = attrs.field(eq=False)
+    spec: KernelSpec = attrs.field(eq=False)
     program: cl.Program = attrs.field(eq=False)
     kernel: cl.Kernel = attrs.field(eq=False)
     binary: bytes = attrs.field(eq=False, repr=False)

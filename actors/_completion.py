@@ -25,6 +25,7 @@ import collections
 import functools
 import heapq
 import threading
+from collections.abc import Callable
 
 import attrs
 import pyopencl as cl
@@ -70,13 +71,13 @@ class QueueWaiter:
     def __init__(self, name: str, *, in_order: bool) -> None:
         self._name = name
         self._in_order = in_order
-        self._heap: list[tuple[int, int, cl.Event, object]] = []
+        self._heap: list[tuple[int, int, cl.Event, Callable[[], None]]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
         self._waiting_on = -1  # sequence number of the event the thread is blocked on
 
-    def watch(self, seq: int, cl_event: cl.Event, notify) -> bool:
+    def watch(self, seq: int, cl_event: cl.Event, notify: Callable[[], None]) -> bool:
         """Have ``notify()`` called from the thread once ``cl_event`` (number ``seq``) completes.
 
         Every watched event is delivered, failed ones included (PoCL calls no callback for an
@@ -191,7 +192,8 @@ class CompletionActor:
     def _from_callback(self, pending: _Pending, status: int) -> None:
         self._from_thread(self._complete_by_callback, pending)
 
-    def _from_thread(self, complete, pending: _Pending) -> None:
+    def _from_thread(self, complete: Callable[[_Pending], None], pending: _Pending) -> None:
+        assert self._token is not None, "serve sets the token before any wait can register"
         try:
             self._token.run_sync_soon(complete, pending)
         except trio.RunFinishedError:

@@ -20,12 +20,14 @@ import collections
 import math
 import os
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar, cast, overload
 
 import attrs
 import trio
 
 from .._values._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
+from .._values._keys import PrimitiveImpl
 
 DEFAULT_CAPACITY = 1024
 CAPACITY_ENV_VARS = (
@@ -91,23 +93,29 @@ class CompiledPartitionCacheStatistics(CacheStatistics):
     (``in_flight_builds`` and ``failed_builds`` count partition compilations)."""
 
 
+# What a cache holds (``PrimitiveImpl``s, or the graph's ``CompiledPartition``s) and the statistics
+# record it returns.
+V = TypeVar("V")
+S = TypeVar("S", bound=CacheStatistics)
+
+
 class _Abandoned(Exception):
     """A build whose runtime shut down before it finished; its waiters look the key up again."""
 
 
-class Flight:
+class Flight(Generic[V]):
     """One build in progress; any trio run in the process may wait for it."""
 
-    def __init__(self, key, failure: str = PRIMITIVE_FAILURE) -> None:
+    def __init__(self, key: Hashable, failure: str = PRIMITIVE_FAILURE) -> None:
         self.key = key
         self._failure = failure
         self._lock = threading.Lock()
         self._finished = False
-        self._value = None
+        self._value: V | None = None
         self._error: BaseException | None = None
         self._waiters: list[tuple[trio.lowlevel.TrioToken, trio.Event]] = []
 
-    def finish(self, value=None, error: BaseException | None = None) -> None:
+    def finish(self, value: V | None = None, error: BaseException | None = None) -> None:
         with self._lock:
             if self._finished:
                 return
@@ -124,7 +132,7 @@ class Flight:
                 except trio.RunFinishedError:
                     pass  # that waiter's run is over
 
-    async def wait(self):
+    async def wait(self) -> V:
         """The built value; the build's failure re-raised as a fresh exception chained to it."""
         with self._lock:
             finished = self._finished
@@ -143,24 +151,30 @@ class Flight:
                 raise type(error)(f"{self._failure}: {error}") from error
             # Not one of ours (a bug): say what it was, a bare KeyError reads as "19".
             raise BuildError(f"{self._failure}: {type(error).__name__}: {error}") from error
-        return self._value
+        # Finished without an error: ``finish`` was given the built value (None only on failure).
+        return cast(V, self._value)
 
 
-class PrimitiveCache:
+class PrimitiveCache(Generic[V, S]):
     """LRU of built implementations plus the builds in flight, shared by every runtime.
 
     ``statistics`` is the record ``statistics()`` returns; ``failure`` starts the message of the
     exception each waiter of a failed build gets. The defaults are the primitive cache's.
     """
 
-    def __init__(self, capacity: int, *, statistics: type[CacheStatistics] = PrimitiveCacheStatistics,
+    @overload
+    def __init__(self: PrimitiveCache[V, PrimitiveCacheStatistics], capacity: int, *,
+                 failure: str = PRIMITIVE_FAILURE) -> None: ...
+    @overload
+    def __init__(self, capacity: int, *, statistics: type[S], failure: str = PRIMITIVE_FAILURE) -> None: ...
+    def __init__(self, capacity: int, *, statistics: type[Any] = PrimitiveCacheStatistics,
                  failure: str = PRIMITIVE_FAILURE) -> None:
         self._lock = threading.Lock()
-        self._statistics = statistics
+        self._statistics: type[S] = statistics
         self._failure = failure
         self._capacity = capacity
-        self._entries: collections.OrderedDict = collections.OrderedDict()
-        self._flights: dict[object, Flight] = {}
+        self._entries: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
+        self._flights: dict[Hashable, Flight[V]] = {}
         self._hits = self._misses = self._evictions = self._coalesced = self._failed = 0
 
     @property
@@ -174,7 +188,7 @@ class PrimitiveCache:
             self._capacity = capacity
             self._evict_locked()
 
-    def statistics(self) -> CacheStatistics:
+    def statistics(self) -> S:
         with self._lock:
             return self._statistics(
                 size=len(self._entries),
@@ -187,7 +201,7 @@ class PrimitiveCache:
                 failed_builds=self._failed,
             )
 
-    def lookup(self, key) -> tuple[str, object]:
+    def lookup(self, key: Hashable) -> tuple[str, V | Flight[V]]:
         """``("hit", value)``, ``("join", flight)`` or ``("build", flight)``: the caller builds."""
         with self._lock:
             value = self._entries.get(key)
@@ -206,7 +220,11 @@ class PrimitiveCache:
             flight = self._flights[key] = Flight(key, self._failure)
             return "build", flight
 
-    def complete(self, flight: Flight, value=None, error: BaseException | None = None) -> None:
+    @overload
+    def complete(self, flight: Flight[V], value: V) -> None: ...
+    @overload
+    def complete(self, flight: Flight[V], *, error: BaseException) -> None: ...
+    def complete(self, flight: Flight[V], value: Any = None, error: BaseException | None = None) -> None:
         """Record a finished build (entry on success, none on failure) and wake its waiters."""
         with self._lock:
             if self._flights.get(flight.key) is flight:
@@ -221,7 +239,7 @@ class PrimitiveCache:
                 self._evict_locked()
         flight.finish(value, error)
 
-    def insert(self, key, value) -> bool:
+    def insert(self, key: Hashable, value: V) -> bool:
         """Add a ready entry (from a cache blob); False when the key is present or cache disabled."""
         with self._lock:
             if self._capacity == 0 or key in self._entries:
@@ -230,11 +248,11 @@ class PrimitiveCache:
             self._evict_locked()
             return True
 
-    def values(self) -> list:
+    def values(self) -> list[V]:
         with self._lock:
             return list(self._entries.values())
 
-    def discard(self, key, value) -> bool:
+    def discard(self, key: Hashable, value: V) -> bool:
         """Drop ``key``'s entry if it still is ``value`` (a stale entry); not an eviction."""
         with self._lock:
             if self._entries.get(key) is not value:
@@ -242,7 +260,7 @@ class PrimitiveCache:
             del self._entries[key]
             return True
 
-    def discard_if(self, predicate: Callable[[object, object], bool]) -> int:
+    def discard_if(self, predicate: Callable[[Hashable, V], bool]) -> int:
         """Drop every entry for which ``predicate(key, value)`` holds (entries bound to engines
         that closed); not evictions. Returns how many went."""
         with self._lock:
@@ -257,12 +275,13 @@ class PrimitiveCache:
             self._evictions += 1
 
 
-_global: PrimitiveCache | None = None
-_global_partitions: PrimitiveCache | None = None
+_global: PrimitiveCache[PrimitiveImpl, PrimitiveCacheStatistics] | None = None
+# Its entries are the graph layer's ``CompiledPartition``s, a type this layer does not import.
+_global_partitions: PrimitiveCache[Any, CompiledPartitionCacheStatistics] | None = None
 _global_lock = threading.Lock()
 
 
-def global_primitive_cache() -> PrimitiveCache:
+def global_primitive_cache() -> PrimitiveCache[PrimitiveImpl, PrimitiveCacheStatistics]:
     """The process's primitive cache, created at first use with the capacity the env vars give."""
     global _global
     if _global is None:
@@ -272,7 +291,7 @@ def global_primitive_cache() -> PrimitiveCache:
     return _global
 
 
-def global_compiled_partition_cache() -> PrimitiveCache:
+def global_compiled_partition_cache() -> PrimitiveCache[Any, CompiledPartitionCacheStatistics]:
     """The process's compiled-partition cache, created at first use with the capacity
     ``COMPILED_PARTITION_CAPACITY_ENV_VARS`` give."""
     global _global_partitions
@@ -287,11 +306,11 @@ def global_compiled_partition_cache() -> PrimitiveCache:
     return _global_partitions
 
 
-class CacheActor:
+class CacheActor(Generic[V, S]):
     """Runs the builds a runtime's requests start, in its own nursery, behind a limiter
     (``concurrent_builds``: an int, or ``math.inf`` for none)."""
 
-    def __init__(self, cache: PrimitiveCache, *, concurrent_builds: float = 4) -> None:
+    def __init__(self, cache: PrimitiveCache[V, S], *, concurrent_builds: float = 4) -> None:
         self.cache = cache
         self._send, self._recv = trio.open_memory_channel(math.inf)
         self._limiter = trio.CapacityLimiter(concurrent_builds)
@@ -307,7 +326,7 @@ class CacheActor:
         self.closed = True
         self._send.close()
 
-    async def get(self, key, build: Callable[[], Awaitable[object]]) -> tuple[object, str]:
+    async def get(self, key: Hashable, build: Callable[[], Awaitable[V]]) -> tuple[V, str]:
         """The cached value for ``key`` and how it was found: ``cache_hit``, ``cache_miss`` or
         ``cache_coalesced`` (joined a build already in flight).
 
@@ -316,7 +335,7 @@ class CacheActor:
         """
         while True:
             outcome, found = self.cache.lookup(key)
-            if outcome == "hit":
+            if not isinstance(found, Flight):  # outcome "hit": the cached value itself
                 await trio.lowlevel.checkpoint()
                 return found, "cache_hit"
             if outcome == "build":
@@ -331,7 +350,7 @@ class CacheActor:
                 continue
             return value, "cache_miss" if outcome == "build" else "cache_coalesced"
 
-    async def _build(self, flight: Flight, build) -> None:
+    async def _build(self, flight: Flight[V], build: Callable[[], Awaitable[V]]) -> None:
         try:
             async with self._limiter:
                 value = await build()

@@ -40,7 +40,7 @@ def _opencl_library() -> ctypes.CDLL | None:
     return lib
 
 
-def _info(lib, program: int, param: int, size: int, buffer) -> None:
+def _info(lib: ctypes.CDLL, program: ctypes.c_void_p, param: int, size: int, buffer) -> None:
     status = lib.clGetProgramInfo(program, param, size, buffer, None)
     if status != 0:
         raise OSError(f"clGetProgramInfo({param:#x}) returned {status}")
@@ -50,7 +50,7 @@ def program_binary(program: cl.Program, device: cl.Device) -> bytes:
     """The binary of ``program`` for ``device``."""
     lib = _opencl_library()
     if lib is None:
-        return program.get_info(cl.program_info.BINARIES)[_device_index(program, device)]
+        return program.binaries[_device_index(program, device)]
     try:
         handle = ctypes.c_void_p(program.int_ptr)
         count = ctypes.c_uint32()
@@ -65,7 +65,7 @@ def program_binary(program: cl.Program, device: cl.Device) -> bytes:
         _info(lib, handle, _CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers)
         return buffers[index].raw[: sizes[index]]
     except (OSError, ValueError):
-        return program.get_info(cl.program_info.BINARIES)[_device_index(program, device)]
+        return program.binaries[_device_index(program, device)]
 
 
 def _device_index(program: cl.Program, device: cl.Device) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
+from typing import Protocol
 
 import pyopencl as cl
 import trio
@@ -28,11 +29,30 @@ _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 
 
+def _queue(context: cl.Context, device: cl.Device, properties: int) -> cl.CommandQueue:
+    """A queue with ``properties``, a bit mask (profiling, out-of-order, or both)."""
+    # pyopencl's stub types ``properties`` as one command_queue_properties member, not a mask
+    # (unused-ignore: releases without the stub, or with a fixed one, need no ignore).
+    return cl.CommandQueue(context, device, properties)  # type: ignore[arg-type, unused-ignore]
+
+
+class EnqueueHooks(Protocol):
+    """What the stream actor uses of the runtime's instrument registry (``triodnn._instruments``)."""
+
+    @property
+    def enqueue_hooks(self) -> tuple[object, ...]: ...
+
+    def command_enqueued(self, command: Command) -> None: ...
+
+
 class _NoInstruments:
     """Stands in for the runtime's instrument registry where none is given: no hooks."""
 
     __slots__ = ()
     enqueue_hooks = ()
+
+    def command_enqueued(self, command: Command) -> None:
+        pass  # never called: no enqueue hooks
 
 
 class StreamActor:
@@ -52,14 +72,14 @@ class StreamActor:
         profiling: bool,
         lanes: int = 1,
         queue: cl.CommandQueue | None = None,
-        completion: CompletionActor | None = None,
-        instruments=None,
+        completion: CompletionActor,
+        instruments: EnqueueHooks | None = None,
     ) -> None:
         self.context = context
         self.device = device
         self.profiling = profiling
         self.completion = completion
-        self._instruments = instruments if instruments is not None else _NoInstruments()
+        self._instruments: EnqueueHooks = instruments if instruments is not None else _NoInstruments()
         if queue is not None:
             self.mode = "native" if queue.properties & _OOO else "in_order"
             self.queues = [queue]
@@ -68,13 +88,13 @@ class StreamActor:
             props = _PROFILING if profiling else 0
             if not out_of_order:
                 self.mode = "in_order"
-                self.queues = [cl.CommandQueue(context, device, props)]
+                self.queues = [_queue(context, device, props)]
             elif lanes <= 1:
                 self.mode = "native"
-                self.queues = [cl.CommandQueue(context, device, props | _OOO)]
+                self.queues = [_queue(context, device, props | _OOO)]
             else:
                 self.mode = "lanes"
-                self.queues = [cl.CommandQueue(context, device, props) for _ in range(lanes)]
+                self.queues = [_queue(context, device, props) for _ in range(lanes)]
         self._context_ptr = context.int_ptr
         self.waiters = [
             QueueWaiter(f"triodnn-queue-waiter-{i}", in_order=not q.properties & _OOO)
@@ -171,7 +191,7 @@ class StreamActor:
             self._instruments.command_enqueued(command)
 
     def _wait_list(self, deps) -> list[cl.Event]:
-        wait_for = []
+        wait_for: list[cl.Event] = []
         for dep in deps:
             if isinstance(dep, Submission):
                 if dep.failure is not None:
@@ -179,6 +199,7 @@ class StreamActor:
                 if dep.completed:
                     continue
                 cl_event = dep.native
+                assert cl_event is not None, "serve awaits a dependency's enqueue before dispatching"
                 same_context = dep.actor is not None and dep.actor.context is self.context
             else:
                 cl_event = dep
@@ -222,23 +243,22 @@ class StreamActor:
 
     def _enqueue(self, command: Command, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
         """Enqueue ``command`` on ``queue``: the one place that decodes command records."""
-        kind = type(command)
         wait = wait_for or None
-        if kind is KernelLaunch:  # first: nearly every command is one
+        if type(command) is KernelLaunch:  # first: nearly every command is one
             launch = command.primitive.launch  # the BuiltKernel the compiler made for this context
             kernel, spec = launch.kernel, launch.spec
             kernel.set_args(*command.buffers)
             return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
-        if kind is WriteBuffer:
+        if type(command) is WriteBuffer:
             cl_event = cl.enqueue_copy(queue, command.buffer, command.host, is_blocking=False, wait_for=wait)
             self._keep_copy(cl_event)
             return cl_event
-        if kind is ReadBuffer:
+        if type(command) is ReadBuffer:
             cl_event = cl.enqueue_copy(queue, command.host, command.buffer, is_blocking=False, wait_for=wait)
             self._keep_copy(cl_event)
             return cl_event
-        if kind is Marker or kind is Barrier:
-            return self._enqueue_sync_point(kind is Barrier, queue, wait_for)
+        if type(command) is Marker or type(command) is Barrier:
+            return self._enqueue_sync_point(type(command) is Barrier, queue, wait_for)
         raise TypeError(f"unknown stream command {command!r}")
 
     def _enqueue_sync_point(self, barrier: bool, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import pyopencl as cl
 import trio
 
 from .._values._errors import ClosedError, ExecutionError
+
+if TYPE_CHECKING:
+    from ._stream_actor import StreamActor  # _stream_actor imports this module: annotations only
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -19,7 +24,7 @@ class Submission:
     ``triodnn.Event`` wraps one and adds awaiting and profiling; actors only ever see this.
     """
 
-    actor: object  # the StreamActor that owns the command
+    actor: StreamActor  # the actor of the stream that owns the command
     label: str
     native: cl.Event | None = None  # the OpenCL event, once enqueued
     lane: int = 0  # index of the stream actor's queue that holds the command

@@ -74,7 +74,8 @@ def extra_args(parser) -> None:
     parser.add_argument("--no-raw", action="store_true", help="skip the raw pyopencl reference variants")
     parser.add_argument("--no-forced", action="store_true", help="skip the forced-strategy engine")
     parser.add_argument("--spin-iters", type=int, default=1_000_000,
-                        help="loop length of the calibration spin kernel (1000000: about 1.2 ms on the PoCL CPU here; 0 skips it)")
+                        help="loop length of the calibration spin kernel"
+                             " (1000000: about 1.2 ms on the PoCL CPU here; 0 skips it)")
 
 
 @contextlib.contextmanager

@@ -20,10 +20,11 @@ def select_config(
 ) -> KernelConfig:
     """Pick vector width and local size from the device type (``"cpu"`` or ``"gpu"``); tiles
     fit ``local_memory`` (the device's ``CL_DEVICE_LOCAL_MEM_SIZE``)."""
-    device = dict(local_memory=local_memory, split_float16_calls=split_float16_calls)
     if device_type == "cpu":
-        return KernelConfig(vector_width=16, local_size=min(16, max_work_group_size), **device)
-    return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size), **device)
+        return KernelConfig(vector_width=16, local_size=min(16, max_work_group_size),
+                            local_memory=local_memory, split_float16_calls=split_float16_calls)
+    return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size),
+                        local_memory=local_memory, split_float16_calls=split_float16_calls)
 
 
 # A declaration of __local arrays: the element type, then its declarators up to the semicolon

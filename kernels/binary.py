@@ -78,8 +78,8 @@ def generate(desc: BinaryDesc, config: KernelConfig) -> KernelSpec:
     po_bcast = flat and access is None
     flat = flat and access is not None
     po_names = _post_ops.arg_names(post_ops)
-    types = ("float",)
-    if flat:
+    types: tuple[str, ...] = ("float",)
+    if flat and access is not None:  # flat: the operands' access is known
         vec = config.vector_width
         vec_type = VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)

@@ -48,8 +48,8 @@ def generate(desc: ConcatDesc, config: KernelConfig) -> KernelSpec:
     ndims = len(dims)
     n = math.prod(dims)
     starts = [0]
-    for d in src_dims:
-        starts.append(starts[-1] + d[axis])
+    for extents in src_dims:
+        starts.append(starts[-1] + extents[axis])
     local = config.local_size
 
     # Coordinates, innermost first; off_dst accumulates as they are peeled.

@@ -80,6 +80,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     nblk = math.ceil(ocg / ocb)
     npos = math.prod(osp)
     has_bias = bias_strides is not None
+    bias_step = bias_strides[0] if bias_strides is not None else 0  # read only with a bias
     ss, ws, ds = src_strides, wei_strides, dst_strides
     axes = "dhw"[3 - nsp:]  # names of the spatial axes, outermost first
     po_strides = _post_ops.operand_strides(post_ops, len(dst_dims))
@@ -120,7 +121,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         stores = []
         for j in range(ocb):
             guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
-            bias = f" + {_dtype_io.load(bias_dtype, 'bias', f'(gc + {j}) * {bias_strides[0]}L')}" if has_bias else ""
+            bias = f" + {_dtype_io.load(bias_dtype, 'bias', f'(gc + {j}) * {bias_step}L')}" if has_bias else ""
             od = f"off_d + (gc + {j}) * {ds[1]}L"
             chain = _dtype_io.apply_post_ops_scalar(post_ops, "v", od, {
                 name: f"off_{name} + (gc + {j}) * {s[1]}L" for name, s in po_strides.items()
@@ -163,7 +164,8 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         + ";"
         for name, s in po_strides.items()
     )
-    source = helpers + _post_ops.functions(post_ops) + f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}{po_params}
+    source = helpers + _post_ops.functions(post_ops)
+    source += f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}{po_params}
                               {dst_param}) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {npos}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
@@ -306,7 +308,8 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             )
             chain = f"\n            {operands.strip()} {chain}" if post_ops else ""
             stores.append(
-                f"        {guard}{{ __global {_dtype_io.STORAGE[dst_dtype]}* d = dst + {base}; float16 v = acc{j}_{rr}{bias};{chain}\n"
+                f"        {guard}{{ __global {_dtype_io.STORAGE[dst_dtype]}* d = dst + {base}; "
+                f"float16 v = acc{j}_{rr}{bias};{chain}\n"
                 f"            if (ow0 == ws0) {{ {plain} }}\n"
                 f"            else {{ {part} }} }}"
             )
@@ -327,7 +330,8 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
         body = f"    {{{block(False)}\n    }}"
     local = max(1, min(config.local_size, nwork))
     src_param, wei_param, dst_param = params
-    source = helpers + _post_ops.functions(post_ops, ("float16",)) + f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}
+    source = helpers + _post_ops.functions(post_ops, ("float16",))
+    source += f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}
                               {dst_param}) {{
     const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
     if (p >= {nwork}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;

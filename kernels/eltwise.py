@@ -65,8 +65,8 @@ def generate(desc: EltwiseDesc, config: KernelConfig) -> KernelSpec:
     po_bcast = flat and access is None
     flat = flat and access is not None
     po_names = _post_ops.arg_names(post_ops)
-    types = ("float",)
-    if flat:
+    types: tuple[str, ...] = ("float",)
+    if flat and access is not None:  # flat: the operands' access is known
         vec = config.vector_width
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)

@@ -164,12 +164,14 @@ def _cpu_generate(
                            for q in range(8)]
                 t = u
             block = (
-                " ".join(f"const float16 t{r} = *(__global const mm_float16u*)(wei + off_b + (n0 + j + {r}UL) * {sbn}UL + k0 + kk);"
+                " ".join(f"const float16 t{r} = *(__global const mm_float16u*)"
+                         f"(wei + off_b + (n0 + j + {r}UL) * {sbn}UL + k0 + kk);"
                          for r in range(16))
                 + " " + " ".join(rounds) + " "
                 + " ".join(f"bp[(kk + {r}UL) * {nv}UL + j / 16UL] = {t[r]};" for r in range(16)))
             return (f"for (ulong kk = 0; kk + 16UL <= kc; kk += 16UL) for (ulong j = 0; j < {tn}UL; j += 16UL) {{ {block} }}"
-                    f" for (ulong kk = kc / 16UL * 16UL; kk < kc; ++kk) for (ulong j = 0; j < {tn}UL; ++j) bpf[kk * {tn}UL + j] = {value};")
+                    f" for (ulong kk = kc / 16UL * 16UL; kk < kc; ++kk) for (ulong j = 0; j < {tn}UL; ++j)"
+                    f" bpf[kk * {tn}UL + j] = {value};")
         if not full:
             value = f"(n0 + j < N) ? {value} : 0.0f"
         inner, outer = ("kk < kc; ++kk", f"j < {tn}UL; ++j") if abs(sbk) < abs(sbn) else (f"j < {tn}UL; ++j", "kk < kc; ++kk")
@@ -221,7 +223,8 @@ def _cpu_generate(
         name: f"off_{name} + (mr + i) * {po_strides[name][-2]}UL + (n0 + j) * {po_strides[name][-1]}UL"
         for name in po_names}, ddt)
     edge = (" ".join(f"ce[{i * nv + j}] = c{i}_{j};" for i, j in accs) + f"""
-                for (ulong i = 0; i < {tm}UL; ++i) if (mr + i >= mi && mr + i < M) for (ulong j = 0; j < {tn}UL; ++j) if (n0 + j < N) {{
+                for (ulong i = 0; i < {tm}UL; ++i) if (mr + i >= mi && mr + i < M) """
+            f"""for (ulong j = 0; j < {tn}UL; ++j) if (n0 + j < N) {{
                     const ulong od = off_d + (mr + i) * {sdm}UL + (n0 + j) * {sdn}UL;
                     float v = cef[i * {tn}UL + j] + {bias};
                     {po_scalar}
@@ -240,12 +243,15 @@ def _cpu_generate(
 
     bias_param = f" {_dtype_io.param(cdt, 'bias', const=True)}," if has_bias else ""
     loads = (sdt, wdt, ddt) + ((cdt,) if has_bias else ())
+    src_param = _dtype_io.param(sdt, "src", const=True)
+    wei_param = _dtype_io.param(wdt, "wei", const=True)
+    dst_param = _dtype_io.param(ddt, "dst", const=False)
     source = (_dtype_io.functions(loads=loads, stores=(ddt,)) + _post_ops.functions(post_ops, ("float", "float16"))
               + _CPU_PRELUDE + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
-__kernel void matmul_fwd({_dtype_io.param(sdt, "src", const=True)}, {_dtype_io.param(wdt, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
-                         {_dtype_io.param(ddt, "dst", const=False)}) {{
+__kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
+                         {dst_param}) {{
     __local float16 bp[{kc * nv}];
     __local float* const bpf = (__local float*)bp;
     __local float16 ce[{tm * nv}];
@@ -301,7 +307,6 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     wei_dims, wei_strides, wei_dtype = desc.weights.dims, desc.weights.strides, desc.weights.dtype
     dst_strides, dst_dtype = desc.dst.strides, desc.dst.dtype
     bias_dims = None if desc.bias is None else desc.bias.dims
-    bias_strides = None if desc.bias is None else desc.bias.strides
     bias_dtype = "f32" if desc.bias is None else desc.bias.dtype
     m, k = src_dims[-2:]
     n = wei_dims[-1]
@@ -312,7 +317,7 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     sb = _aligned(wei_dims, wei_strides, nd)
     sd = tuple(dst_strides)
     has_bias = bias_dims is not None
-    sc = _aligned(bias_dims, bias_strides, nd) if has_bias else (0,) * nd
+    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     tm, tn, (ln, lm) = tiles(config)
     mt, nt = math.ceil(m / tm), math.ceil(n / tn)
     nbatch = math.prod(batch)
@@ -346,7 +351,8 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
         # assuming alignment, which a pointer cast would).
         lanes = ", ".join(_dtype_io.load(wei_dtype, "wei", f"wk + {j * sbn}UL") for j in range(16))
         rows = "\n".join(
-            f"            acc{i} += (float16)({_dtype_io.load(src_dtype, 'src', f'off_a + (m0 + {i}) * {sam}UL + k * {sak}UL')}) * b;"
+            f"            acc{i} += (float16)("
+            f"{_dtype_io.load(src_dtype, 'src', f'off_a + (m0 + {i}) * {sam}UL + k * {sak}UL')}) * b;"
             for i in range(tm)
         )
         bias_row = (
@@ -414,13 +420,16 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
     types = ("float", "float16") if tn == 16 else ("float",)
     loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
+    src_param = _dtype_io.param(src_dtype, "src", const=True)
+    wei_param = _dtype_io.param(wei_dtype, "wei", const=True)
+    dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
     source = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, types) + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 #define TM {tm}
 #define TN {tn}
-__kernel void matmul_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(wei_dtype, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
-                         {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
+__kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
+                         {dst_param}) {{
     const ulong nb = get_global_id(0), mb = get_global_id(1);
     if (nb >= {nt}UL || mb >= {mt}UL || get_global_id(2) >= {nbatch}UL) return;
     {batch_offsets}

@@ -231,7 +231,8 @@ class _Operand:
                     pos = f"{base} + {self.name}_mn{g} + {c}u"
                     if self.ext % self.bt:
                         pos = f"min({pos}, {self.ext - 1}UL)"
-                    lines.append(f"const ulong {self.name}_o{g}_{c} = {off} + ({pos}) * {self.s_mn}UL + {self.name}_k{g} * {self.s_k}UL;")
+                    lines.append(f"const ulong {self.name}_o{g}_{c} = {off} + ({pos}) * {self.s_mn}UL"
+                                 f" + {self.name}_k{g} * {self.s_k}UL;")
         return "\n    ".join(lines)
 
     def load(self, k0: str, tail: bool) -> str:
@@ -271,7 +272,8 @@ class _Operand:
                 out += [f"{self.local}[{buf} + ({self.name}_k{g} + {c}u) * {self.stride}u + {self.name}_mn{g}] = {reg}.s{c};"
                         for c in range(4)]
             else:
-                out.append(f"*(__local float4*)({self.local} + {buf} + {self.name}_k{g} * {self.stride}u + {self.name}_mn{g}) = {reg};")
+                out.append(f"*(__local float4*)({self.local} + {buf} + {self.name}_k{g} * {self.stride}u"
+                           f" + {self.name}_mn{g}) = {reg};")
         return " ".join(out)
 
 
@@ -289,7 +291,6 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     wei_dims, wei_strides, wei_dtype = desc.weights.dims, desc.weights.strides, desc.weights.dtype
     dst_strides, dst_dtype = desc.dst.strides, desc.dst.dtype
     bias_dims = None if desc.bias is None else desc.bias.dims
-    bias_strides = None if desc.bias is None else desc.bias.strides
     bias_dtype = "f32" if desc.bias is None else desc.bias.dtype
     m, k = src_dims[-2:]
     n = wei_dims[-1]
@@ -300,7 +301,7 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     sb = _aligned(wei_dims, wei_strides, nd)
     sd = tuple(dst_strides)
     has_bias = bias_dims is not None
-    sc = _aligned(bias_dims, bias_strides, nd) if has_bias else (0,) * nd
+    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     po_strides = _post_ops.operand_strides(post_ops, nd)
     po_names = tuple(po_strides)
 
@@ -438,12 +439,16 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     barrier(CLK_LOCAL_MEM_FENCE);
     if (kg > 0u) return;
     {adds}"""
-    source = (_dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",)) + f"""#define M {m}UL
+    src_param = _dtype_io.param(src_dtype, "src", const=True)
+    wei_param = _dtype_io.param(wei_dtype, "wei", const=True)
+    dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
+    source = (_dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
+              + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 __kernel __attribute__((reqd_work_group_size({threads}, 1, 1)))
-void matmul_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(wei_dtype, "wei", const=True)},{bias_param}{_post_ops.params(post_ops)}
-                {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
+void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
+                {dst_param}) {{
     {split_head}
     {mapping}
     const ulong m0 = get_group_id(1) * {bm}UL, n0 = get_group_id(0) * {bn}UL;

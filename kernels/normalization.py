@@ -138,7 +138,7 @@ class _Rows:
         self.desc, self.post_ops, self.config = desc, post_ops, config
         self.rms = isinstance(desc, RMSNormDesc)
         dims = desc.src.dims
-        axis = len(dims) - 1 if self.rms else desc.axis
+        axis = desc.axis if isinstance(desc, LayerNormDesc) else len(dims) - 1  # RMS: the last
         self.n = dims[axis]
         self.other_dims = dims[:axis] + dims[axis + 1:]
         self.rows = math.prod(self.other_dims)

@@ -97,7 +97,9 @@ def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
     else:
         result = "acc"
     helpers = _dtype_io.functions(loads=(src_dtype,), stores=(dst_dtype,))
-    source = helpers + f"""__kernel void reduction_fwd({_dtype_io.param(src_dtype, "src", const=True)}, {_dtype_io.param(dst_dtype, "dst", const=False)}) {{
+    src_param = _dtype_io.param(src_dtype, "src", const=True)
+    dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
+    source = helpers + f"""__kernel void reduction_fwd({src_param}, {dst_param}) {{
     const ulong i = get_global_id(0);
     if (i >= {outputs}UL) return;
     {offsets}

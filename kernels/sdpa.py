@@ -151,10 +151,11 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     sq, d = q_dims[-2:]
     skv = k_dims[-2]
     dv = v_dims[-1]
-    has_mask = desc.mask is not None
-    if has_mask:
-        mask_dims = (1,) * max(0, 2 - desc.mask.ndims) + desc.mask.dims
-        mask_strides = (0,) * max(0, 2 - desc.mask.ndims) + desc.mask.strides
+    mask = desc.mask
+    has_mask = mask is not None
+    if mask is not None:
+        mask_dims = (1,) * max(0, 2 - mask.ndims) + mask.dims
+        mask_strides = (0,) * max(0, 2 - mask.ndims) + mask.strides
     batches = [q_dims[:-2], k_dims[:-2], v_dims[:-2]] + ([mask_dims[:-2]] if has_mask else [])
     batch = broadcast_batch(*batches)
     nd = len(batch) + 2
@@ -336,7 +337,8 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
     elif full_blocks == 0:
         loop = f"if (kv_end > 0UL) {{ const ulong j0 = 0;\n            {block(edge_keys)}\n        }}"
     else:
-        loop = (f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{ if (j0 + {bk}UL <= {skv}UL) {{\n            {block(bk)}\n        }}"
+        loop = (f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{ if (j0 + {bk}UL <= {skv}UL) {{"
+                f"\n            {block(bk)}\n        }}"
                 f" else {{\n            {block(edge_keys)}\n        }} }}")
     state = " ".join(f"float16 m{h} = sd_wide((float16)(-INFINITY)), l{h} = (float16)(0.0f);" for h in hs)
     normalise = " ".join(

@@ -138,4 +138,5 @@ __all__ = [
     "set_compiled_partition_cache_capacity",
     "set_primitive_cache_capacity",
     "start_blocking",
+    "__version__",
 ]

@@ -41,7 +41,9 @@ class BlockingPortal:
     def __init__(self, **runtime_options) -> None:
         self._options = runtime_options
         self._token: trio.lowlevel.TrioToken | None = None
-        self._runtime = None
+        # The runtime and the stop event exist from _serve's start until the thread ends; the
+        # constructor returns only once they do.
+        self._runtime: Runtime | None = None
         self._stop: trio.Event | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
@@ -100,9 +102,11 @@ class BlockingPortal:
 
     def engine(self, kind: str | None = None, index: int = 0):
         """An engine, as ``await runtime.engine(kind, index)`` (the default engine without kind)."""
+        runtime = self._runtime
+        assert runtime is not None, "the constructor returns once the runtime is open"
         if kind is None:
-            return self.run(self._runtime.engine)
-        return self.run(self._runtime.engine, kind, index)
+            return self.run(runtime.engine)
+        return self.run(runtime.engine, kind, index)
 
     # -- wrapping ----------------------------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class BlockingPortal:
             if self._closed:
                 return
             self._closed = True
-        if self._thread.is_alive() and self._token is not None:
+        if self._thread.is_alive() and self._token is not None and self._stop is not None:
             try:
                 trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
             except trio.RunFinishedError:

@@ -63,7 +63,7 @@ def _graph(args: argparse.Namespace) -> int:
             paths, engine_spec=args.engine, mode=args.mode, policy=args.policy,
             in_shapes=args.in_shapes, dt=args.dt, expected_n_partitions=args.expected_n_partitions,
             repeat=args.repeat))
-    counts = {}
+    counts: dict[str, int] = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
     print("tests:", len(results), " ".join(f"{k.lower()}: {v}" for k, v in sorted(counts.items())))

@@ -43,7 +43,8 @@ class CrossEngineReorder(Primitive):
 
     src_engine: Engine = attrs.field(default=None, kw_only=True)
     dst_engine: Engine = attrs.field(default=None, kw_only=True)
-    _peer_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
+    # The peer engine's transfer stream: set by ``Engine.create_reorder`` before it returns this.
+    _peer_stream: Stream = attrs.field(init=False, repr=False)
 
     @property
     def impl(self) -> str:
@@ -88,21 +89,22 @@ class CrossEngineReorder(Primitive):
         """Submit the copies and the kernel (see the class); returns the event of the last step."""
         src, dst = self._memories(args)
         here, peer = stream.engine, self._peer_stream
+        descs = self.desc.arg_descs  # the reorder's src and dst
         on_src = self.src_engine.cl_context.int_ptr == self.engine.cl_context.int_ptr
-        tmp = here.memory(self.desc.dst if on_src else self.desc.src)
+        tmp = here.memory(descs["dst"] if on_src else descs["src"])
         try:
             if on_src:
                 before = deps
-                if not self.desc.dst.is_dense:
-                    kept = _host_bytes(self.desc.dst)
+                if not descs["dst"].is_dense:
+                    kept = _host_bytes(descs["dst"])
                     fetched = peer._read_raw(dst, kept, deps)
                     before = (*deps, stream._write_raw(tmp, kept, (fetched,)))
                 converted = stream._submit_kernel(self, self._buffers({"src": src, "dst": tmp}, here), before)
-                host = _host_bytes(self.desc.dst)
+                host = _host_bytes(descs["dst"])
                 read = stream._read_raw(tmp, host, (converted,))
                 written = peer._write_raw(dst, host, (read,))
                 return stream._marker(self.desc.label + ":cross_engine", (written,))
-            host = _host_bytes(self.desc.src)
+            host = _host_bytes(descs["src"])
             read = peer._read_raw(src, host, deps)
             written = stream._write_raw(tmp, host, (read,))
             return stream._submit_kernel(self, self._buffers({"src": tmp, "dst": dst}, here), (*deps, written))

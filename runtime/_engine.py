@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 import numpy as np
@@ -20,15 +20,18 @@ from ._values import _cache_blob
 from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
 from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
 from ._values._memory_desc import MemoryDesc
+from ._values._op_desc import OpDesc
 from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from ._version import __version__
-from .actors import BuildRequest, DeviceActor
+from .actors import BuildRequest, BuiltKernel, DeviceActor, OutOfOrderStrategy
 from .kernels import KERNELS, KernelConfig, select_config
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
 ENGINE_KINDS = ("cpu", "gpu", "any")
+
+P = TypeVar("P", bound=Primitive)
 
 
 @attrs.define(eq=False)
@@ -40,8 +43,10 @@ class Engine:
     info: DeviceInfo = attrs.field(repr=False)
     _actor: DeviceActor = attrs.field(alias="actor", repr=False)
     _runtime: Runtime = attrs.field(alias="runtime", repr=False)
-    out_of_order_strategy: object = attrs.field(repr=False, default=None)
-    _host_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
+    out_of_order_strategy: OutOfOrderStrategy = attrs.field(repr=False, default=None)
+    # The in-order stream memory copies go through: set by ``Runtime._open_engine`` before it
+    # returns the engine (the stream needs the engine).
+    _host_stream: Stream = attrs.field(init=False, repr=False)
     # Out-of-order stream that cross-engine reorders copy through on this side; opened lazily.
     _transfer_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
     _config: KernelConfig = attrs.field(init=False, repr=False)
@@ -110,7 +115,7 @@ class Engine:
         """A new stream on this engine; ``out_of_order`` picks the device's strategy."""
         return await self._runtime._open_stream(self, flags)
 
-    async def create_primitive(self, desc) -> Primitive:
+    async def create_primitive(self, desc: OpDesc) -> Primitive:
         """``desc`` (an EltwiseDesc, BinaryDesc …) compiled for this engine, through the cache.
 
         A cache hit on this engine costs dictionary lookups; a hit made on another context of
@@ -124,7 +129,13 @@ class Engine:
             check()  # once, before any cache is touched: a refused request leaves nothing behind
         return await self._create(desc)
 
-    async def _create(self, desc, key_desc=None, make=Primitive, **extra) -> Primitive:
+    @overload
+    async def _create(self, desc: OpDesc) -> Primitive: ...
+    @overload
+    async def _create(self, desc: OpDesc, key_desc: OpDesc, make: type[P], **extra: Any) -> P: ...
+    async def _create(
+        self, desc: OpDesc, key_desc: OpDesc | None = None, make: type[Primitive] = Primitive, **extra: Any
+    ) -> Primitive:
         """``desc`` through the cache under ``key_desc`` (default ``desc``), as a ``make``."""
         started = time.perf_counter()
         key_desc = desc if key_desc is None else key_desc
@@ -239,7 +250,7 @@ class Engine:
             entry=impl,
         )
 
-    async def _resources_from(self, impl: PrimitiveImpl):
+    async def _resources_from(self, impl: PrimitiveImpl) -> BuiltKernel:
         key = impl.key
         return await self._actor.kernels.get(
             key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)

@@ -61,8 +61,9 @@ class Event:
         if submission.pending_submit:
             await submission.wait_submitted()
         if not submission.completed:
-            actor = submission.actor
-            status = await actor.completion.wait(submission.native, actor.waiters[submission.lane], submission.seq)
+            actor, native = submission.actor, submission.native
+            assert native is not None, "submitted and not failed: the actor has enqueued it"
+            status = await actor.completion.wait(native, actor.waiters[submission.lane], submission.seq)
             submission.settle(status)
         else:
             await trio.lowlevel.checkpoint()
@@ -109,5 +110,7 @@ class Event:
             raise ProfilingError(f"{submission.label}: profiling times exist once the command completed")
         if submission.failure is not None:
             raise ProfilingError(f"{submission.label}: the command failed: {submission.failure}")
-        p = submission.native.profile
+        native = submission.native
+        assert native is not None, "completed and not failed: the actor had enqueued it"
+        p = native.profile
         return ProfilingTimes(p.queued, p.submit, p.start, p.end)

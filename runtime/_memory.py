@@ -36,6 +36,7 @@ class Memory:
 
     def __attrs_post_init__(self) -> None:
         if self._viewed is None:
+            assert self._buffer is not None, "a new memory holds its buffer (None only once released)"
             self._finalizer = weakref.finalize(
                 self, self.engine._actor.allocator.release_buffer, self._buffer, self.desc.nbytes
             )
@@ -51,9 +52,10 @@ class Memory:
 
     @property
     def cl_buffer(self) -> cl.Buffer:
-        if self.released:
+        buffer = self._buffer
+        if buffer is None or self.released:
             raise ClosedError(f"memory {self.desc} was released")
-        return self._buffer
+        return buffer
 
     @property
     def released(self) -> bool:

@@ -37,7 +37,8 @@ class Primitive:
     # ``KernelLaunch`` enqueues. Opaque here: only the stream actor touches its OpenCL objects.
     launch: BuiltKernel = attrs.field(repr=False)
     build_seconds: float = 0.0
-    _entry: PrimitiveImpl | None = attrs.field(default=None, alias="entry", repr=False)
+    # The primitive cache's entry it was made from (what ``cache_blob`` stores).
+    _entry: PrimitiveImpl = attrs.field(alias="entry", kw_only=True, repr=False)
     # (argument name, expected MemoryDesc) in kernel order, and the names as a set: computed once,
     # since ``desc.arg_descs`` builds a dict per call (~1 µs, measured on the execute path).
     _expected: tuple[tuple[str, MemoryDesc], ...] = attrs.field(init=False, repr=False)

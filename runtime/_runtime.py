@@ -82,14 +82,18 @@ def find_device(kind: str, index: int) -> DeviceRecord:
 class Runtime:
     """Holds the actors of one ``open_runtime()`` block; open engines from it."""
 
-    def __init__(self, nursery: trio.Nursery, completion: CompletionActor) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, completion: CompletionActor, completion_scope: trio.CancelScope
+    ) -> None:
         self._nursery = nursery
         self._completion = completion
-        self._cache_actor: CacheActor | None = None
+        self._completion_scope = completion_scope
+        self._cache_actor = CacheActor(global_primitive_cache())
         self._caches: list[tuple[CacheActor, trio.Event]] = []
         # Compiled partitions: their compiles create primitives through the cache actor above
-        # and may use streams, so this actor stops first.
-        self._partition_cache_actor: CacheActor | None = None
+        # and may use streams, so this actor stops first. A compile mostly waits for primitive
+        # builds, which the actor above limits.
+        self._partition_cache_actor = CacheActor(global_compiled_partition_cache(), concurrent_builds=math.inf)
         self._partition_caches: list[tuple[CacheActor, trio.Event]] = []
         self._streams: list[tuple[StreamActor, trio.Event]] = []
         self._engines: list[tuple[DeviceActor, trio.Event]] = []
@@ -215,14 +219,8 @@ async def open_runtime() -> AsyncIterator[Runtime]:
                     await completion.serve(task_status=task_status)
 
             await nursery.start(run_completion)
-            runtime = Runtime(nursery, completion)
-            runtime._completion_scope = completion_scope
-            runtime._cache_actor = CacheActor(global_primitive_cache())
+            runtime = Runtime(nursery, completion, completion_scope)
             await runtime._start(runtime._cache_actor, runtime._caches)
-            # A compile mostly waits for primitive builds, which the actor above limits.
-            runtime._partition_cache_actor = CacheActor(
-                global_compiled_partition_cache(), concurrent_builds=math.inf
-            )
             await runtime._start(runtime._partition_cache_actor, runtime._partition_caches)
             token = _current.set(runtime)
             try:

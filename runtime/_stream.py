@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 import pyopencl as cl
+import trio
 
 from ._event import Event
 from ._instruments import INSTRUMENTS
@@ -21,6 +23,9 @@ from ._values._errors import (
 )
 from .actors import Barrier, Command, KernelLaunch, Marker, ReadBuffer, StreamActor, Submission, WriteBuffer
 from .actors._allocator import note_uses
+
+if TYPE_CHECKING:
+    from ._engine import Engine  # _engine imports this module: for annotations only
 
 # The default of every ``deps``: ``deps is _NO_DEPS`` skips ``check_deps`` on the hot path.
 _NO_DEPS = ()
@@ -80,14 +85,13 @@ class Stream:
     times (the runtime adds it when an instrument needs them).
     """
 
-    # Not imported: _engine imports this module (the annotation is never evaluated).
     engine: Engine
     flags: StreamFlags
     _actor: StreamActor = attrs.field(repr=False)
     strategy: str = attrs.field(default="in_order")
     # Instruments told of every completion on this stream, asked when it opened.
     _watchers: tuple = attrs.field(default=(), repr=False)
-    _nursery: object = attrs.field(init=False, repr=False)  # the runtime's, for watcher tasks
+    _nursery: trio.Nursery = attrs.field(init=False, repr=False)  # the runtime's, for watcher tasks
 
     @property
     def cl_queues(self) -> tuple[cl.CommandQueue, ...]:

@@ -249,9 +249,9 @@ class Trace(Instrument):
     def _resolve(self) -> None:
         """Read the device times of the commands that have completed since the last look."""
         for command in self._commands:
-            if command.status != "pending":
-                continue
             submission = command.submission
+            if command.status != "pending" or submission is None:  # None once resolved
+                continue
             if submission.failure is not None and submission.native is None:
                 command.status, command.submission = "failed", None
                 continue
@@ -379,7 +379,8 @@ def _pack(spans: list[_Span]) -> dict[tuple[int, int], tuple[str, int]]:
         slots: list[list[int]] = []  # per sub-track, the ends of its open spans (a stack)
         tids: list[int] = []
         for span in sorted(by_track[track], key=lambda s: (s.begin, -s.end)):
-            for index, stack in enumerate(slots):
+            # B007 is a false positive here: ``index`` is read after the loop (the slot ``break`` found).
+            for index, stack in enumerate(slots):  # noqa: B007
                 while stack and stack[-1] <= span.begin:
                     stack.pop()
                 if not stack or stack[-1] >= span.end:

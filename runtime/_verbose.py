@@ -1,8 +1,9 @@
 """Verbose lines in oneDNN's style, on stdout, when ``TRIODNN_VERBOSE`` is 1 or more.
 
-Level 1 prints a line per primitive creation:
+Level 1 prints a line per primitive creation (one line, wrapped here after the implementation):
 
-    triodnn_verbose,primitive,create:cache_miss,cpu:0,eltwise,ocl:flat:v16l16,src:f32:1024:s1 dst:f32:1024:s1,alg:relu alpha:0 beta:0,212.451
+    triodnn_verbose,primitive,create:cache_miss,cpu:0,eltwise,ocl:flat:v16l16,
+        src:f32:1024:s1 dst:f32:1024:s1,alg:relu alpha:0 beta:0,212.451
 
 (how it was found, engine, kind, implementation, memory descriptors, attributes, milliseconds).
 Level 2 adds a line per execution, with the device time from OpenCL profiling (streams opened at

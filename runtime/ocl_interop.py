@@ -79,9 +79,12 @@ __all__ = ["Allocator", "execute", "make_engine", "make_stream"]
 def _callable(name: str):
     def check(instance, attribute, value) -> None:
         if not callable(value):
+            signature = (
+                "allocate(size, alignment, device, context) -> pyopencl.Buffer" if name == "allocate"
+                else "free(buffer, device, context, event)"
+            )
             raise InvalidArgumentError(
-                f"allocator.{name} is {type(value).__name__}, expected a callable "
-                f"({'allocate(size, alignment, device, context) -> pyopencl.Buffer' if name == 'allocate' else 'free(buffer, device, context, event)'})"
+                f"allocator.{name} is {type(value).__name__}, expected a callable ({signature})"
             )
 
     return check

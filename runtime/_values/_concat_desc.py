@@ -48,9 +48,9 @@ class ConcatDesc(OpDesc):
                 raise ArgumentMismatchError(
                     f"srcs[{i}] dims {md.dims} differ from srcs[0] dims {first.dims} off axis {axis}"
                 )
-        dims = list(first.dims)
-        dims[axis] = sum(md.dims[axis] for md in self.srcs)
-        dims = tuple(dims)
+        joined = list(first.dims)
+        joined[axis] = sum(md.dims[axis] for md in self.srcs)
+        dims = tuple(joined)
         if self.dst is None:
             self._set("dst", MemoryDesc(dims, first.dtype))
         check_memory_desc("dst", self.dst)

@@ -88,12 +88,12 @@ class ConvolutionDesc(OpDesc):
 
     src: MemoryDesc
     weights: MemoryDesc
-    dst: MemoryDesc = None
+    dst: MemoryDesc = attrs.field(default=None)
     bias: MemoryDesc | None = None
-    strides: tuple[int, ...] = None
-    padding_l: tuple[int, ...] = None
-    padding_r: tuple[int, ...] = None
-    dilation: tuple[int, ...] = None
+    strides: tuple[int, ...] = attrs.field(default=None)
+    padding_l: tuple[int, ...] = attrs.field(default=None)
+    padding_r: tuple[int, ...] = attrs.field(default=None)
+    dilation: tuple[int, ...] = attrs.field(default=None)
     groups: int = 1
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
     output_scale: float = _post_ops.output_scale_field()

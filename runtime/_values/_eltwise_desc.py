@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from . import _post_ops
@@ -23,6 +25,13 @@ def parameter(name: str):
     return convert
 
 
+def parameter_field(name: str) -> Any:
+    """An ``alpha``/``beta`` field: ``OMITTED`` unless given, converted by ``parameter(name)``,
+    compared by ``float_key``. A function, as ``_post_ops.output_scale_field``: type checkers then
+    see the field's declared ``float`` (what ``__attrs_post_init__`` leaves), not the sentinel."""
+    return attrs.field(default=OMITTED, converter=parameter(name), eq=float_key)
+
+
 @op_kind
 @attrs.frozen(cache_hash=True)
 class EltwiseDesc(OpDesc):
@@ -38,8 +47,8 @@ class EltwiseDesc(OpDesc):
     alg: str = attrs.field()
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
-    alpha: float = attrs.field(default=OMITTED, converter=parameter("alpha"), eq=float_key)
-    beta: float = attrs.field(default=OMITTED, converter=parameter("beta"), eq=float_key)
+    alpha: float = parameter_field("alpha")
+    beta: float = parameter_field("beta")
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
 
     kind = "eltwise"

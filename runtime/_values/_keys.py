@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from ._kernel_spec import KernelConfig, KernelSpec
+from ._op_desc import OpDesc
 
 
 @attrs.frozen
@@ -65,7 +66,7 @@ class PrimitiveKey:
     """
 
     kind: str
-    desc: object
+    desc: OpDesc
     attr: tuple
     impl: str
     config: KernelConfig

@@ -40,7 +40,7 @@ class MatmulDesc(OpDesc):
 
     src: MemoryDesc
     weights: MemoryDesc
-    dst: MemoryDesc = None
+    dst: MemoryDesc = attrs.field(default=None)
     bias: MemoryDesc | None = None
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
     output_scale: float = _post_ops.output_scale_field()

@@ -65,11 +65,9 @@ def _optional_md(name: str):
 
 # Fields every normalization has; written as fields of each class rather than of the base, which
 # would put them first (attrs orders a base's fields before its subclass's), out of each
-# descriptor's positional order.
-def _src_field():
-    return attrs.field(validator=memory_desc("src"))
-
-
+# descriptor's positional order. (``src``, without a default, is spelled ``attrs.field(...)`` in
+# each class: type checkers take a helper's result for a default, and a required field after it
+# for an error.)
 def _epsilon_field():
     return attrs.field(default=1e-5, converter=_epsilon, eq=float_key)
 
@@ -92,6 +90,11 @@ class _Normalization(OpDesc):
     """
 
     __slots__ = ()
+
+    # Fields of every subclass (declared there, see above), read by the shared checks.
+    src: MemoryDesc
+    dst: MemoryDesc
+    post_ops: tuple
 
     # How the rank error describes src: "must have 2 or more dimensions" or "must be (N, C, ...)
     # with 2 or more dimensions".
@@ -142,7 +145,7 @@ class LayerNormDesc(_Normalization):
     defaults to ``src`` (same descriptor: in place is then safe). src needs 2 or more dims.
     """
 
-    src: MemoryDesc = _src_field()
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     axis: int = attrs.field(default=-1, converter=axis_index)
     epsilon: float = _epsilon_field()
@@ -182,7 +185,7 @@ class RMSNormDesc(_Normalization):
     ``dst`` defaults to ``src``. src needs 2 or more dims.
     """
 
-    src: MemoryDesc = _src_field()
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     epsilon: float = _epsilon_field()
     scale: MemoryDesc | None = _optional_field("scale")
@@ -207,7 +210,7 @@ class BatchNormInferenceDesc(_Normalization):
     ``scale``, ``shift`` have dims ``(C,)`` (the last two optional). ``dst`` defaults to ``src``.
     """
 
-    src: MemoryDesc = _src_field()
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     mean: MemoryDesc = attrs.field(validator=memory_desc("mean"))
     variance: MemoryDesc = attrs.field(validator=memory_desc("variance"))
     dst: MemoryDesc = attrs.field(default=None)
@@ -238,7 +241,7 @@ class GroupNormDesc(_Normalization):
     ``(C,)``, optional). ``dst`` defaults to ``src``.
     """
 
-    src: MemoryDesc = _src_field()
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     groups: int = attrs.field(converter=_groups)
     dst: MemoryDesc = attrs.field(default=None)
     epsilon: float = _epsilon_field()

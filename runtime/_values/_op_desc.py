@@ -96,6 +96,8 @@ class OpDesc:
 
     __slots__ = ()
 
+    # Every descriptor class is an attrs class (``attrs.fields`` reads it, e.g. for cache blobs).
+    __attrs_attrs__: ClassVar[tuple[attrs.Attribute, ...]]
     kind: ClassVar[str]
     ARGS: ClassVar[tuple[Arg, ...]] = ()
 

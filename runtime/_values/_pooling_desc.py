@@ -29,26 +29,44 @@ def empty_window(in_len: int, out_len: int, kernel: int, stride: int, pad_l: int
     return None
 
 
-def int_tuple(name: str):
-    """Converter: an int or a sequence of ints (no bools, no floats) to a tuple; None passes."""
+def int_tuple(name: str, value) -> tuple[int, ...] | None:
+    """Converter body: an int or a sequence of ints (no bools, no floats) to a tuple; None passes."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, int) or not hasattr(value, "__iter__") else value
+    if isinstance(items, (str, bytes)):
+        raise InvalidArgumentError(f"{name} {value!r} is not a sequence of integers")
+    out = []
+    for v in items:
+        if isinstance(v, bool):
+            raise InvalidArgumentError(f"{name} {value!r} must hold integers")
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise InvalidArgumentError(f"{name} {value!r} must hold integers") from None
+    return tuple(out)
 
-    def convert(value):
-        if value is None:
-            return None
-        items = (value,) if isinstance(value, int) or not hasattr(value, "__iter__") else value
-        if isinstance(items, (str, bytes)):
-            raise InvalidArgumentError(f"{name} {value!r} is not a sequence of integers")
-        out = []
-        for v in items:
-            if isinstance(v, bool):
-                raise InvalidArgumentError(f"{name} {value!r} must hold integers")
-            try:
-                out.append(operator.index(v))
-            except TypeError:
-                raise InvalidArgumentError(f"{name} {value!r} must hold integers") from None
-        return tuple(out)
 
-    return convert
+# The fields' converters, one named function each (mypy's attrs plugin types ``__init__`` from a
+# named converter; a factory's closure it cannot read).
+def _kernel(value) -> tuple[int, ...] | None:
+    return int_tuple("kernel", value)
+
+
+def _strides(value) -> tuple[int, ...] | None:
+    return int_tuple("strides", value)
+
+
+def _padding_l(value) -> tuple[int, ...] | None:
+    return int_tuple("padding_l", value)
+
+
+def _padding_r(value) -> tuple[int, ...] | None:
+    return int_tuple("padding_r", value)
+
+
+def _dilation(value) -> tuple[int, ...] | None:
+    return int_tuple("dilation", value)
 
 
 @op_kind
@@ -68,11 +86,11 @@ class PoolingDesc(OpDesc):
     alg: str = attrs.field()
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
-    kernel: tuple[int, ...] = attrs.field(converter=int_tuple("kernel"), kw_only=True)
-    strides: tuple[int, ...] = attrs.field(converter=int_tuple("strides"), kw_only=True)
-    padding_l: tuple[int, ...] = attrs.field(converter=int_tuple("padding_l"), kw_only=True)
-    padding_r: tuple[int, ...] = attrs.field(default=None, converter=int_tuple("padding_r"), kw_only=True)
-    dilation: tuple[int, ...] = attrs.field(default=None, converter=int_tuple("dilation"), kw_only=True)
+    kernel: tuple[int, ...] = attrs.field(converter=_kernel, kw_only=True)
+    strides: tuple[int, ...] = attrs.field(converter=_strides, kw_only=True)
+    padding_l: tuple[int, ...] = attrs.field(converter=_padding_l, kw_only=True)
+    padding_r: tuple[int, ...] = attrs.field(default=None, converter=_padding_r, kw_only=True)
+    dilation: tuple[int, ...] = attrs.field(default=None, converter=_dilation, kw_only=True)
 
     kind = "pooling"
     ARGS = (Arg("src"), Arg("dst", output=True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 
 from ._errors import ArgumentMismatchError
+from ._keys import EngineIdentity
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, memory_desc, op_kind
 
@@ -46,8 +47,8 @@ class CrossEngineReorderDesc(OpDesc):
     so cache blobs leave it out: a context does not outlive its process."""
 
     reorder: ReorderDesc
-    src_engine: object  # EngineIdentity
-    dst_engine: object  # EngineIdentity
+    src_engine: EngineIdentity
+    dst_engine: EngineIdentity
 
     kind = "reorder"
 

@@ -47,7 +47,8 @@ class SumDesc(OpDesc):
     """
 
     srcs: tuple[MemoryDesc, ...] = attrs.field(converter=to_srcs)
-    scales: tuple[float, ...] | None = attrs.field(default=None, converter=_to_scales, eq=_scales_key)
+    # None (the default) becomes 1.0 per input in __attrs_post_init__.
+    scales: tuple[float, ...] = attrs.field(default=None, converter=_to_scales, eq=_scales_key)
     dst: MemoryDesc = attrs.field(default=None)
 
     kind = "sum"

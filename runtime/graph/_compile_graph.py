@@ -18,7 +18,7 @@ from ._execution import GraphRunner, Step
 from ._graph import Graph
 from ._handlers import MissingHandlerError, find_handler, normalise_handlers
 from ._layouts import resolve_input_layout, resolve_output_layout
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 from ._partition import Partition
 
 __all__ = ["compile_graph"]
@@ -115,7 +115,7 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
                         f"op {op.id} ({op.kind}) runs through a handler, so its output {lt.id} needs a "
                         f"declared shape; it has {'unknown' if lt.shape is None else list(lt.shape)}"
                     )
-                outs.append(resolve_output_layout(lt, tuple(lt.shape)))
+                outs.append(resolve_output_layout(lt, known_shape(lt)))
             call = partition.ops[0].inputs if len(partition.ops) == 1 else partition.input_ports
             step = Step(partition, tuple(ins), tuple(outs), handler=find_handler(partition, handlers),
                          call_ids=tuple(lt.id for lt in call))

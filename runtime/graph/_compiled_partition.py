@@ -208,18 +208,20 @@ class CompiledPartition:
         consumed: set[int] = set()
         user_deps = tuple(deps)
         last = None
+        step_deps: tuple[Event, ...] | list[Event]
         for step, primitive in zip(self._plan.steps, self._primitives):
             args = {name: memory_of(view) for name, view in step.args}
             if in_order:
                 step_deps = user_deps if last is None else ()
             else:
-                step_deps = list(user_deps)
+                waits = list(user_deps)
                 for name, view in step.args:
                     key = buffer_key[view.slot]
                     if key in writer:
-                        step_deps.append(writer[key])
+                        waits.append(writer[key])
                     if name in _WRITTEN:
-                        step_deps.extend(readers.get(key, ()))
+                        waits.extend(readers.get(key, ()))
+                step_deps = waits
             last = stream.execute(primitive, args, deps=step_deps)
             events.append(last)
             for name, view in step.args:

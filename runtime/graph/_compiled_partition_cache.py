@@ -74,6 +74,7 @@ async def compile_cached(partition: Partition, engine: Engine, inputs: list[Logi
     build = functools.partial(
         _compile, compile_partition, partition, engine, list(inputs), list(outputs), shapes
     )
+    compiled: CompiledPartition  # the cache's entries (typed Any below the graph layer)
     while True:
         compiled, _how = await actor.get(key, build)
         if not compiled.engine.closed:
@@ -91,7 +92,7 @@ async def _compile(compile_partition, *args) -> CompiledPartition:
     try:
         return await compile_partition(*args)
     except Exception as exc:
-        error = exc
+        error: BaseException = exc
         while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
             error = error.exceptions[0]
         if error is exc or not isinstance(error, Exception):

@@ -11,7 +11,8 @@ submission order. A handler step reads its inputs after their producers' events,
 function in a worker thread (by default), writes its outputs on the stream, and the partitions
 downstream depend on those writes' events. Buffers the runner allocates (uploaded inputs,
 intermediates) are released once the events of all their consumers have completed, never
-earlier (one releaser task per run polls and waits for them); outputs are read back as numpy arrays, or handed over as ``Tensor``s.
+earlier (one releaser task per run polls and waits for them); outputs are read back as numpy arrays,
+or handed over as ``Tensor``s.
 
 ``compile_graph`` (``_compile_graph``) builds the runner from ``Step``s; ``runner.map``
 (``_pipeline``) pushes many requests through it, each one ``Execution`` of this module.
@@ -39,7 +40,7 @@ from .._values._memory_desc import MemoryDesc
 from ._compiled_partition import CompiledPartition
 from ._graph import Graph
 from ._handlers import Handler, check_results
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 from ._partition import Partition
 from ._pipeline import Pipeline
 from ._tensor import Tensor
@@ -214,10 +215,11 @@ class GraphRunner:
                 self._check_tensor(value, lt, "inputs")
             else:
                 array = np.array(value, copy=True) if copy else np.asarray(value)
-                if array.shape != tuple(lt.shape):
+                shape = known_shape(lt)  # graph inputs have known shapes (compile_graph)
+                if array.shape != shape:
                     raise ArgumentMismatchError(
                         f"inputs[{lt.id}] has shape {array.shape}; graph input {lt.id} is "
-                        f"{tuple(lt.shape)}"
+                        f"{shape}"
                     )
                 value = array.reshape(desc.dims)
             values[lt.id] = value
@@ -299,6 +301,12 @@ class _Slot:
     produced: bool = False
     ready: trio.Event | None = None
 
+    @property
+    def bound(self) -> Tensor:
+        """``tensor`` where it is known to be there: the slot was produced (bound, then published)."""
+        assert self.tensor is not None, "a produced slot has its tensor"
+        return self.tensor
+
 
 class Execution:
     """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
@@ -314,7 +322,7 @@ class Execution:
         self._slots: dict[int, _Slot] = {}
         self._results: dict[int, Any] = {}
         self._error: BaseException | None = None
-        self._nursery: trio.Nursery | None = None
+        self._nursery: trio.Nursery  # run()'s, open before anything is submitted
         self._to_release: list[_Slot] = []
         self._releasing = False
 
@@ -446,12 +454,13 @@ class Execution:
                 self._publish(slot, self._stream.write(tensor.memory, value))
         for step in runner._steps:
             if step.compiled is not None and all(self._slot(lt).produced for lt in step.inputs):
-                self._execute(step)
+                self._execute(step, step.compiled)
             else:
                 self._nursery.start_soon(self._run_step, step)
         # Outputs: reads (or completions) of those produced already are awaited by one task,
         # in order, so a run costs one wake-up where the device finishes them together.
-        ready, later = [], []
+        ready: list[_Slot] = []
+        later: list[_Slot] = []
         for lt in runner.outputs:
             slot = self._slot(lt)
             (ready if slot.produced and self._readable(slot) else later).append(slot)
@@ -466,17 +475,17 @@ class Execution:
             for lt in step.inputs:
                 await self._wait_produced(self._slot(lt))
             if step.compiled is not None:
-                self._execute(step)
+                self._execute(step, step.compiled)
             else:
                 await self._call_handler(step)
         except Exception as exc:
             self._fail(exc)
 
-    def _execute(self, step: Step) -> None:
+    def _execute(self, step: Step, compiled: CompiledPartition) -> None:
         ins = [self._slot(lt) for lt in step.inputs]
         outs = [self._slot(lt) for lt in step.outputs]
         tensors = [self._allocate(slot) for slot in outs]
-        event = step.compiled.execute(self._stream, [s.tensor for s in ins], tensors,
+        event = compiled.execute(self._stream, [s.tensor for s in ins], tensors,
                                       deps=self._deps_of(ins))
         self._runner._count("partitions_submitted")
         for slot in outs:
@@ -491,8 +500,10 @@ class Execution:
             values[slot.lt.id] = await self._read(slot, self._deps_of([slot]))
         for slot in ins:
             self._consumed(slot)       # read back: the handler's copy is all it needs
+        handler = step.handler
+        assert handler is not None, "a step without a compiled partition has a handler"
         try:
-            results = await step.handler(step.partition, [values[i] for i in step.call_ids])
+            results = await handler(step.partition, [values[i] for i in step.call_ids])
         except Exception as exc:
             exc.add_note(f"in the handler of {step.describe()}")
             raise
@@ -508,7 +519,7 @@ class Execution:
 
     def _readable(self, slot: _Slot) -> bool:
         """Whether the run's stream can read the slot directly (row-major, a numpy dtype)."""
-        desc = slot.tensor.memory.desc
+        desc = slot.bound.memory.desc
         return self._as_tensors or (_is_row_major(desc) and desc.dtype != "bf16")
 
     def _submit_read(self, slot: _Slot):
@@ -516,10 +527,11 @@ class Execution:
         for Tensor outputs, (None, the producer's event)."""
         if self._as_tensors:
             return None, slot.event
-        desc = slot.tensor.memory.desc
+        memory = slot.bound.memory
+        desc = memory.desc
         out = np.empty(desc.dims, dtype=desc.numpy_dtype)
         deps = [slot.event] if slot.event is not None else []
-        return out, self._stream.read(slot.tensor.memory, out, deps=deps)
+        return out, self._stream.read(memory, out, deps=deps)
 
     def _finish(self, slot: _Slot, out) -> None:
         if self._as_tensors:
@@ -532,7 +544,7 @@ class Execution:
     async def _read(self, slot: _Slot, deps: list) -> np.ndarray:
         """The slot's values as a new array, read on the run's stream (no head-of-line wait
         behind other runs on the engine's host stream) where the layout allows."""
-        tensor = slot.tensor
+        tensor = slot.bound
         desc = tensor.memory.desc
         if not _is_row_major(desc) or desc.dtype == "bf16":
             return await tensor.to_numpy(deps=deps)
@@ -560,7 +572,7 @@ class Execution:
                 self._finish(slot, out)
             else:
                 deps = [slot.event] if slot.event is not None else []
-                self._results[slot.lt.id] = await slot.tensor.to_numpy(deps=deps)
+                self._results[slot.lt.id] = await slot.bound.to_numpy(deps=deps)
                 self._consumed(slot)
         except Exception as exc:
             self._fail(exc)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
 
@@ -52,9 +52,9 @@ def _anchor_ok(op: Op) -> bool:
     if op.kind not in _ANCHORS or len(op.outputs) != 1:
         return False
     if op.kind == "MatMul":
-        return all(len(lt.shape) >= 2 for lt in op.inputs[:2])
+        return all(len(known_shape(lt)) >= 2 for lt in op.inputs[:2])
     if op.kind in ("LayerNorm", "RMSNorm"):
-        ndims = len(op.inputs[0].shape)
+        ndims = len(known_shape(op.inputs[0]))
         return op.attrs.get("begin_norm_axis", -1) % ndims == ndims - 1
     return True
 
@@ -91,7 +91,8 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
     for anchor in ops:
         if anchor.id in absorbed or not _anchor_ok(anchor):
             continue
-        entries, taken = [], set()
+        entries: list[tuple] = []  # Chain.entries, as the loop finds them
+        taken: set[int] = set()
         current = anchor.outputs[0]
         while current.dtype == "f32" and current.id not in output_ids:
             readers = consumers.get(current.id, [])
@@ -121,7 +122,7 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
                 fmt = link.attrs.get("data_format", "NXC")
                 if anchor.kind == "Convolution" and fmt != anchor.attrs.get("data_format", "NXC"):
                     break
-                if anchor.kind == "MatMul" and fmt == "NCX" and len(current.shape) > 2:
+                if anchor.kind == "MatMul" and fmt == "NCX" and len(known_shape(current)) > 2:
                     break
                 entries.append(("binary", "add", bias, fmt))
             elif link.kind in _BINARY_POST_OPS and link.attrs.get("auto_broadcast", "numpy") in ("numpy", "none"):
@@ -134,8 +135,8 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
                     break
                 if other.dtype != "f32" or not ready_before(other, anchor) or other.shape is None:
                     break
-                if tuple(link.outputs[0].shape) != tuple(current.shape) or \
-                        not _broadcasts_into(tuple(other.shape), tuple(current.shape)):
+                if known_shape(link.outputs[0]) != known_shape(current) or \
+                        not _broadcasts_into(other.shape, known_shape(current)):
                     break
                 entries.append(("binary", _BINARY_POST_OPS[link.kind], other, None))
             else:

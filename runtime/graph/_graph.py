@@ -82,7 +82,9 @@ class Graph:
         if len(set(out_ids)) != len(out_ids):
             raise InvalidGraphError(f"op {op.id} ({op.kind}) lists an output logical tensor twice: {out_ids}")
         if set(out_ids) & {lt.id for lt in op.inputs}:
-            raise InvalidGraphError(f"op {op.id} ({op.kind}) consumes its own output {sorted(set(out_ids) & {lt.id for lt in op.inputs})}")
+            raise InvalidGraphError(
+                f"op {op.id} ({op.kind}) consumes its own output {sorted(set(out_ids) & {lt.id for lt in op.inputs})}"
+            )
 
         op.attrs = normalised
         self._ops.append(op)

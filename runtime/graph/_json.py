@@ -184,7 +184,7 @@ def _tensor_entry(lt: LogicalTensor) -> dict:
 
 def to_dict(graph: Graph) -> dict:
     """The graph in oneDNN's schema; ``load(to_dict(g))`` rebuilds an equal graph."""
-    document = {
+    document: dict[str, object] = {
         "version": FORMAT_VERSION,
         "engine_kind": graph.engine_kind,
         "fpmath_mode": graph.fpmath_mode,

@@ -119,7 +119,7 @@ class LogicalTensor:
         if layout == "strided":
             # oneDNN writes unknown strides as INT64_MIN; with a known shape they are dense.
             if (self.strides is None or UNKNOWN_DIM in self.strides) and self.is_shape_known:
-                object.__setattr__(self, "strides", dense_strides(self.shape))
+                object.__setattr__(self, "strides", dense_strides(known_shape(self)))
             if (self.shape is not None and self.strides is not None
                     and len(self.strides) != len(self.shape)):
                 raise InvalidArgumentError(
@@ -141,15 +141,16 @@ class LogicalTensor:
         """Bytes a buffer for this tensor needs (oneDNN's ``get_mem_size``); 0 while unknown."""
         if not self.is_shape_known:
             return 0
-        if any(d == 0 for d in self.shape):
+        shape = known_shape(self)
+        if any(d == 0 for d in shape):
             return 0
-        strides = self.strides if self.layout_type == "strided" and self.strides else dense_strides(self.shape)
-        span = 1 + sum((d - 1) * abs(s) for d, s in zip(self.shape, strides))
+        strides = self.strides if self.layout_type == "strided" and self.strides else dense_strides(shape)
+        span = 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides))
         return span * _ITEMSIZE[self.dtype]
 
     @property
     def numel(self) -> int:
-        return math.prod(self.shape) if self.is_shape_known else 0
+        return math.prod(known_shape(self)) if self.is_shape_known else 0
 
     def has_same_layout_and_dtype(self, other: LogicalTensor) -> bool:
         return (
@@ -172,6 +173,14 @@ class LogicalTensor:
         if not self.shape:
             strides = (1,)
         return MemoryDesc(dims, storage_dtype(self.dtype), strides)
+
+
+def known_shape(lt: LogicalTensor) -> tuple[int, ...]:
+    """``lt.shape`` where the rank is known by construction: ports a compile checked, shapes it
+    inferred, tensors bound to memory. ``TypeError`` (what using None as a shape raised) if not."""
+    if lt.shape is None:
+        raise TypeError(f"logical tensor {lt.id} has an unknown rank here")
+    return lt.shape
 
 
 def storage_dtype(dtype: str) -> str:

@@ -33,9 +33,11 @@ from .._values import (
     SdpaDesc,
     SoftmaxDesc,
 )
+from .._values._algorithms import eltwise_parameters as eltwise_defaults
 from .._values._errors import UnsupportedError
 from .._values._memory_desc import MemoryDesc
-from ._logical_tensor import LogicalTensor, dense_strides, storage_dtype
+from .._values._op_desc import OpDesc
+from ._logical_tensor import LogicalTensor, dense_strides, known_shape, storage_dtype
 from ._op import Op
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
 
@@ -57,7 +59,7 @@ class Slot:
 
 @attrs.frozen
 class Step:
-    desc: object
+    desc: OpDesc
     args: tuple[tuple[str, View], ...]
     op_id: int
 
@@ -118,7 +120,7 @@ class Builder:
         lt = self._redirect.pop(lt.id, lt)
         view = self.output_slots.get(lt.id)
         if view is None:
-            view = self.temp(MemoryDesc(_dims(lt.shape), storage_dtype(lt.dtype)))
+            view = self.temp(MemoryDesc(_dims(known_shape(lt)), storage_dtype(lt.dtype)))
         self.views[lt.id] = view
         self.tensors[lt.id] = lt
         return view
@@ -166,7 +168,7 @@ class Builder:
 
         return with_chain, inputs
 
-    def run(self, op: Op, make: Callable[..., object], inputs: dict[str, View], outputs: dict[str, View]) -> None:
+    def run(self, op: Op, make: Callable[..., OpDesc], inputs: dict[str, View], outputs: dict[str, View]) -> None:
         """One primitive, ``make(**descs)``; through f32 temporaries when the kernel refuses the
         data types as they are."""
         if self._post:
@@ -241,10 +243,14 @@ class Builder:
 
 def reshaped(view: View, dims: tuple[int, ...]) -> View | None:
     """``view`` read with ``dims`` (same element count), when its layout allows it without a copy."""
-    desc = view.desc
-    if _row_major(desc):
-        return View(view.slot, MemoryDesc(dims, desc.dtype))
+    if _row_major(view.desc):
+        return _row_major_as(view, dims)
     return None
+
+
+def _row_major_as(view: View, dims: tuple[int, ...]) -> View:
+    """A row-major ``view`` read with ``dims`` (same element count)."""
+    return View(view.slot, MemoryDesc(dims, view.desc.dtype))
 
 
 def permuted(view: View, order: tuple[int, ...]) -> View:
@@ -272,7 +278,7 @@ def _dense(b: Builder, op: Op, view: View) -> View:
 
 
 def _as_dims(b: Builder, op: Op, view: View, dims: tuple[int, ...]) -> View:
-    return reshaped(_dense(b, op, view), dims)
+    return _row_major_as(_dense(b, op, view), dims)
 
 
 # -- eltwise and binary ----------------------------------------------------------------------
@@ -285,8 +291,9 @@ def _lower_unary(b: Builder, op: Op) -> None:
     # The kernel algorithm the op schema names (_op_schema.eltwise_parameters, which the numpy
     # reference uses too), so the lowering and the check cannot disagree.
     alg, alpha, beta = eltwise_parameters(op.kind, op.attrs)
-    kwargs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
-    b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, **kwargs),
+    # None: the algorithm's default, resolved as the descriptor resolves an omitted parameter.
+    alpha_, beta_ = eltwise_defaults(alg, alpha, beta)
+    b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, alpha_, beta_),
           {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
 
 
@@ -312,7 +319,7 @@ def _lower_select(b: Builder, op: Op) -> None:
 
 def _lower_bias_add(b: Builder, op: Op) -> None:
     src, bias = b.view(op.inputs[0]), b.view(op.inputs[1])
-    ndims = len(op.inputs[0].shape)
+    ndims = len(known_shape(op.inputs[0]))
     if op.attrs.get("data_format", "NXC") == "NCX" and ndims > 2:
         c = bias.desc.dims[0]
         bias = View(bias.slot, MemoryDesc((c,) + (1,) * (ndims - 2), bias.desc.dtype,
@@ -330,7 +337,7 @@ def _lower_matmul(b: Builder, op: Op) -> None:
         a = permuted(a, tuple(range(a.desc.ndims - 2)) + (a.desc.ndims - 1, a.desc.ndims - 2))
     if op.attrs.get("transpose_b") and w.desc.ndims >= 2:
         w = permuted(w, tuple(range(w.desc.ndims - 2)) + (w.desc.ndims - 1, w.desc.ndims - 2))
-    a_vector, w_vector = len(op.inputs[0].shape) == 1, len(op.inputs[1].shape) == 1
+    a_vector, w_vector = len(known_shape(op.inputs[0])) == 1, len(known_shape(op.inputs[1])) == 1
     if a_vector:
         a = View(a.slot, MemoryDesc((1, a.desc.dims[0]), a.desc.dtype, (a.desc.strides[0], a.desc.strides[0])))
     if w_vector:
@@ -338,9 +345,9 @@ def _lower_matmul(b: Builder, op: Op) -> None:
     dst = b.output(op.outputs[0])
     full = tuple(_batch(a.desc.dims[:-2], w.desc.dims[:-2])) + (a.desc.dims[-2], w.desc.dims[-1])
     if dst.desc.dims != full:
-        dst = _as_dims(b, op, dst, full) if _row_major(dst.desc) else None
-        if dst is None:
+        if not _row_major(dst.desc):
             raise UnsupportedError(f"MatMul {op.id}: a strided output of a vector product")
+        dst = _as_dims(b, op, dst, full)
     inputs = {"src": a, "weights": w}
     if len(op.inputs) > 2:
         inputs["bias"] = b.view(op.inputs[2])
@@ -455,7 +462,7 @@ def _lower_softmax(b: Builder, op: Op) -> None:
 
 def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
     """Views with the normalised dims collapsed into the last one when they are several."""
-    shape = op.inputs[0].shape
+    shape = known_shape(op.inputs[0])
     begin = begin_axis % len(shape)
     if begin == len(shape) - 1:
         return views
@@ -556,7 +563,7 @@ def _lower_reorder(b: Builder, op: Op) -> None:
 def _lower_reshape(b: Builder, op: Op) -> None:
     out = op.outputs[0]
     src = b.view(op.inputs[0])
-    view = reshaped(src, _dims(out.shape))
+    view = reshaped(src, _dims(known_shape(out)))
     if view is None and out.id in b.output_slots and _row_major(b.output_slots[out.id].desc):
         # A strided source into a row-major port: one copy, into the port seen with the
         # source's dims (row-major either way, so the same bytes).
@@ -564,7 +571,7 @@ def _lower_reshape(b: Builder, op: Op) -> None:
         b.copy(src, View(port.slot, MemoryDesc(src.desc.dims, port.desc.dtype)), op.id)
         return
     if view is None:
-        view = reshaped(_dense(b, op, src), _dims(out.shape))
+        view = _as_dims(b, op, src, _dims(known_shape(out)))
     b.alias(out, view)
 
 

@@ -41,7 +41,8 @@ def _written(name: str) -> bool:
 
 def plan_memory(plan: Plan, *, reuse: bool = True) -> MemoryPlan:
     temps = [i for i, slot in enumerate(plan.slots) if slot.role == "temp"]
-    first, last = {}, {}
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
     for k, step in enumerate(plan.steps):
         for _, view in step.args:
             if plan.slots[view.slot].role == "temp":

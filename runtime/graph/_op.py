@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from .._values._errors import InvalidGraphError
@@ -16,6 +18,11 @@ def _check_tensor(op_id: int, role: str, value) -> LogicalTensor:
     return value
 
 
+def _tensors(value: Iterable[LogicalTensor]) -> list[LogicalTensor]:
+    """Converter: ``list(value)`` (the elements are checked by ``Op.__attrs_post_init__``)."""
+    return list(value)
+
+
 @attrs.define(eq=False)
 class Op:
     """An operation: ``Op(id, kind, inputs, outputs, attrs=..., name=...)``.
@@ -28,8 +35,8 @@ class Op:
 
     id: int
     kind: str
-    inputs: list[LogicalTensor] = attrs.field(factory=list, converter=list)
-    outputs: list[LogicalTensor] = attrs.field(factory=list, converter=list)
+    inputs: list[LogicalTensor] = attrs.field(factory=list, converter=_tensors)
+    outputs: list[LogicalTensor] = attrs.field(factory=list, converter=_tensors)
     attrs: dict = attrs.field(factory=dict, converter=dict)
     name: str = ""
 

@@ -290,7 +290,7 @@ def eltwise_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, fl
     """``(algorithm, alpha, beta)`` of ``triodnn.kernels.eltwise`` that computes the unary op
     ``kind`` with normalised ``attrs`` (None: the algorithm's default)."""
     schema = schema_of(kind)
-    if not schema.unary_elementwise:
+    if not schema.unary_elementwise or schema.algorithm is None:  # eltwise schemas name one
         raise InvalidGraphError(f"{kind} is not a unary elementwise op")
     if kind == "GELU":
         return attrs.get("mode", "gelu_erf"), None, None
@@ -362,9 +362,9 @@ def _normalise_value(kind: str, spec: AttrSpec, value):
     if spec.type == "f32":
         if not _is_number(value):
             raise _fail(kind, f"attribute {spec.name!r} must be an f32 number, got {value!r}")
-        number = float(np.float32(value))
-        _check_minimum(kind, spec, [number])
-        return number
+        real = float(np.float32(value))
+        _check_minimum(kind, spec, [real])
+        return real
     if spec.type == "string":
         if not isinstance(value, str):
             raise _fail(kind, f"attribute {spec.name!r} must be a string, got {value!r}")
@@ -373,6 +373,7 @@ def _normalise_value(kind: str, spec: AttrSpec, value):
                               f"{', '.join(repr(c) for c in spec.choices)}")
         return value
     items = _as_list(kind, spec, value)
+    numbers_: list[int] | list[float]
     if spec.type == "s64[]":
         if not all(_is_integer(v) for v in items):
             raise _fail(kind, f"attribute {spec.name!r} must be a list of s64 integers, got {value!r}")

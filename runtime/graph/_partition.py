@@ -10,7 +10,7 @@ from . import _compiled_partition
 from ._compiled_partition import CompiledPartition
 from ._compiled_partition_cache import compile_cached
 from ._layouts import resolve_input_layout, resolve_output_layout
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 from ._shape_inference import infer_output_shapes
 
@@ -92,7 +92,7 @@ class Partition:
                     f"partition {self.id}: input logical tensor {lt.id} has shape "
                     f"{'unknown' if lt.shape is None else list(lt.shape)}; inputs need known shapes"
                 )
-            shapes[lt.id] = lt.shape
+            shapes[lt.id] = known_shape(lt)
         given = {lt.id: lt for lt in outputs}
         if not declared:
             given = {i: lt for i, lt in given.items() if lt.shape is not None}

@@ -138,7 +138,7 @@ def _topological_groups(members, successors, position) -> list[int]:
         for s in successors(k):
             indegree[s] += 1
     first = {k: min(position[id(op)] for op in members[k]) for k in keys}
-    ready = sorted((k for k in keys if indegree[k] == 0), key=first.get)
+    ready = sorted((k for k in keys if indegree[k] == 0), key=first.__getitem__)
     out = []
     while ready:
         k = ready.pop(0)
@@ -147,5 +147,5 @@ def _topological_groups(members, successors, position) -> list[int]:
             indegree[s] -= 1
             if indegree[s] == 0:
                 ready.append(s)
-        ready.sort(key=first.get)
+        ready.sort(key=first.__getitem__)
     return out

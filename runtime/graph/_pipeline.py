@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import attrs
@@ -127,10 +127,11 @@ class Pipeline:
         return await self._lifetime.__aenter__()
 
     async def __aexit__(self, *exc_info) -> bool | None:
+        assert self._lifetime is not None, "async with entered it"
         return await self._lifetime.__aexit__(*exc_info)
 
     @contextlib.asynccontextmanager
-    async def _open(self):
+    async def _open(self) -> AsyncIterator[Pipeline]:
         # Backpressure: a request starts only with one of max_in_flight slot tokens, which the
         # consumer hands back when it takes the request's result; requests go to the consumer
         # in start order through a second channel (room for them all plus the end marker).

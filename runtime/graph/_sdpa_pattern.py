@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 
 
@@ -47,7 +47,7 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
     for first in ops:
         if first.kind != "MatMul" or first.id in taken or len(first.inputs) != 2:
             continue
-        if first.attrs.get("transpose_a") or any(len(lt.shape) < 2 for lt in first.inputs):
+        if first.attrs.get("transpose_a") or any(len(known_shape(lt)) < 2 for lt in first.inputs):
             continue
         chain = [first.id]
         scale, scale_mode, mask = None, "multiply", None
@@ -65,7 +65,7 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
             chain.append(step.id)
             current = step.outputs[0]
             step = only_reader(current)
-        if step is not None and step.kind == "Add" and tuple(step.outputs[0].shape) == tuple(current.shape):
+        if step is not None and step.kind == "Add" and known_shape(step.outputs[0]) == known_shape(current):
             other = step.inputs[1] if step.inputs[0].id == current.id else step.inputs[0]
             if other.id != current.id and other.dtype in ("f32", "bf16", "f16"):
                 mask = other
@@ -73,7 +73,7 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
                 current = step.outputs[0]
                 step = only_reader(current)
         if step is None or step.kind != "SoftMax" or len(step.outputs) != 1 or \
-                step.attrs.get("axis", -1) % len(current.shape) != len(current.shape) - 1 or \
+                step.attrs.get("axis", -1) % len(known_shape(current)) != len(known_shape(current)) - 1 or \
                 step.attrs.get("mode", "none") not in ("none", "inf_as_zero"):
             continue
         chain.append(step.id)
@@ -81,7 +81,7 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
         second = only_reader(current)
         if second is None or second.kind != "MatMul" or len(second.inputs) != 2 or \
                 second.inputs[0].id != current.id or second.attrs.get("transpose_a") or \
-                len(second.inputs[1].shape) < 2:
+                len(known_shape(second.inputs[1])) < 2:
             continue
         chain.append(second.id)
         q, k = first.inputs

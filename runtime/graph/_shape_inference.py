@@ -184,6 +184,7 @@ def spatial_geometry(kind: str, attrs_: Mapping, src_shape: Shape,
                            f"{_fmt(src)} ({fmt}) with {nsp} spatial dims")
     dilations = tuple(a.get("dilations", [1] * nsp))
     if kind == "Convolution":
+        assert weights_shape is not None, "a Convolution's geometry is asked with its weights' shape"
         wei = tuple(weights_shape)
         if len(wei) != len(src):
             raise _error(kind, f"weights shape {_fmt(wei)} rank differs from src {_fmt(src)}")

@@ -8,7 +8,7 @@ import numpy as np
 from .._engine import Engine
 from .._memory import Memory
 from .._values._errors import ArgumentMismatchError, InvalidArgumentError
-from ._logical_tensor import LogicalTensor
+from ._logical_tensor import LogicalTensor, known_shape
 
 
 @attrs.define(eq=False)
@@ -18,7 +18,7 @@ class Tensor:
 
     logical_tensor: LogicalTensor
     engine: Engine
-    memory: Memory = None
+    memory: Memory = attrs.field(default=None)  # None: allocated for the logical tensor
 
     def __attrs_post_init__(self) -> None:
         lt = self.logical_tensor
@@ -40,7 +40,7 @@ class Tensor:
 
     async def write(self, array) -> None:
         array = np.asarray(array)
-        shape = self.logical_tensor.shape
+        shape = known_shape(self.logical_tensor)  # it has memory, so a known shape
         if array.shape != tuple(shape):
             raise ArgumentMismatchError(
                 f"array shape {array.shape} differs from logical tensor {self.logical_tensor.id} "

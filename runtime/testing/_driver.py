@@ -24,6 +24,7 @@ from .._runtime import open_runtime
 from .._stream import StreamFlags
 from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
 from ..graph import Graph, LogicalTensor, Tensor, from_dict
+from ..graph._logical_tensor import known_shape
 from ._filling import fill_input, tolerance
 from ._reference import reference
 
@@ -165,7 +166,7 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[int, np.ndarray]:
             raise InvalidGraphError(
                 f"graph input {lt.id} has shape {lt.shape}; give it with --in-shapes {lt.id}:AxB"
             )
-        arrays[lt.id] = fill_input(lt.dtype, tuple(lt.shape), _consumer_kinds(graph, lt.id), rng,
+        arrays[lt.id] = fill_input(lt.dtype, known_shape(lt), _consumer_kinds(graph, lt.id), rng,
                                    role=_role(graph, lt))
     return arrays
 
@@ -250,16 +251,18 @@ async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray],
             tensors[t.logical_tensor.id] = t
         compiled.append((cp, [tensors[lt.id] for lt in partition.input_ports], outs))
     event = None
-    for cp, ins, outs in compiled:
-        event = cp.execute(stream, ins, outs)
-    await event
+    for cp, in_tensors, out_tensors in compiled:
+        event = cp.execute(stream, in_tensors, out_tensors)
+    if event is not None:  # None: no partition to run
+        await event
     ms = None
     if repeat:
         start = time.perf_counter()
         for _ in range(repeat):
-            for cp, ins, outs in compiled:
-                event = cp.execute(stream, ins, outs)
-        await event
+            for cp, in_tensors, out_tensors in compiled:
+                event = cp.execute(stream, in_tensors, out_tensors)
+        if event is not None:
+            await event
         ms = (time.perf_counter() - start) * 1e3 / repeat
     results = {}
     for lt in graph.output_tensors():

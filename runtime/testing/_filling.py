@@ -167,7 +167,7 @@ def _primitive_thresholds() -> dict[str, float]:
         "BatchNormInference": kt.normalization("batch_normalization"),
     }
     for kind, schema in OP_SCHEMAS.items():
-        if schema.unary_elementwise and kind not in thresholds:
+        if schema.unary_elementwise and schema.algorithm is not None and kind not in thresholds:
             thresholds[kind] = kt.eltwise(schema.algorithm)  # 4e-5 transcendental, else 4e-6
     return thresholds
 

@@ -36,7 +36,7 @@ from ..kernels import eltwise as kernel_eltwise
 from ..kernels import pooling as kernel_pooling
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
-_INTEGER_DTYPES = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
+_INTEGER_DTYPES: dict[str, type[np.integer]] = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
 
 
 # -- dtype conversions ----------------------------------------------------------------------

@@ -471,7 +471,7 @@ async def test_pipeline_never_has_more_than_max_in_flight(engine, max_in_flight)
 
     pipeline = runner.map(source(), stream=stream, max_in_flight=max_in_flight)
     async with pipeline:
-        async for out in pipeline:
+        async for _out in pipeline:
             delivered += 1
             await trio.sleep(0.01)             # a slow consumer: requests pile up to the limit
     assert delivered == 10

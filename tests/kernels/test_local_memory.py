@@ -167,6 +167,10 @@ class GreedyDesc:
         )
 
 
+# A test kind, declared in the op registry like any other (its generate is the method).
+triodnn.kernels.register(GreedyDesc, generate=GreedyDesc.generate)
+
+
 async def test_kernel_past_the_device_is_refused_and_leaves_nothing(engine):
     before = triodnn.primitive_cache_statistics()
     builds = engine.statistics().programs_built

@@ -248,7 +248,8 @@ def test_wide_loads_only_where_aligned():
         return matmul_gpu.generate(desc, GPU).source
 
     aligned = source((256, 64), (64, 1), (64, 256), (256, 1), (256, 1))
-    assert "(__global const float4*)(src" in aligned and "(__global const float4*)(wei" in aligned and "(__global float4*)" in aligned
+    assert ("(__global const float4*)(src" in aligned and "(__global const float4*)(wei" in aligned
+            and "(__global float4*)" in aligned)
     odd = source((256, 65), (65, 1), (65, 258), (258, 1), (258, 1))
     assert "(__global const float4*)" not in odd and "(__global float4*)" not in odd
     # bf16 loads as ushort4 where aligned

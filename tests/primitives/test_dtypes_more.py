@@ -21,6 +21,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _sweeps import (
+    CPU,
+    FLOAT_PAIRS,
+    assert_refused_caching_nothing,
+    check_stored,
+    dtype_pairs,
+    execute,
+    execute_in_place,
+    ints,
+    relu_sum_mul,
+)
+from _sweeps import values as _values
 
 import triodnn
 from triodnn import (
@@ -35,7 +47,6 @@ from triodnn import (
     RMSNormDesc,
     SoftmaxDesc,
 )
-from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._values._reorder_desc import ReorderDesc
 from triodnn.kernels import (
     KernelConfig,
@@ -52,62 +63,18 @@ from triodnn.kernels import (
     tolerance,
 )
 
-CPU = select_config("cpu", 4096)
 GPU = select_config("gpu", 256)
 NARROW = KernelConfig(vector_width=1, local_size=16)  # the GPU paths, run on the CPU device
-INTEGERS = ("s32", "s8", "u8")
 
 
 def values(rng, dtype: str, shape, low: float = -2.0, high: float = 2.0) -> np.ndarray:
-    """Random user-facing values of ``dtype`` in [low, high), exact in its storage."""
-    if dtype == "boolean":
-        return rng.random(shape) < 0.5
-    if dtype in INTEGERS:
-        info = np.iinfo(_dtype_io.USER_NUMPY[dtype])
-        return rng.integers(max(low, info.min), min(high, info.max + 1), shape).astype(info.dtype)
-    x = rng.uniform(low, high, shape).astype(np.float32)
-    if dtype == "f16":
-        return x.astype(np.float16)
-    return from_storage(to_storage(x, dtype), dtype)
-
-
-def ints(rng, dtype: str, shape, bound: int = 8) -> np.ndarray:
-    """Integers in [-bound, bound] ([0, bound] for u8) as user-facing values of ``dtype``."""
-    x = rng.integers(0 if dtype == "u8" else -bound, bound + 1, shape)
-    return x.astype(_dtype_io.USER_NUMPY[dtype])
-
-
-def check_stored(got: np.ndarray, ref_f32: np.ndarray, threshold: float, dtype: str) -> None:
-    """``got`` (user-facing values of ``dtype``) against the f32 reference: ``threshold`` on the
-    f32 result plus one rounding step of dst's storage."""
-    assert got.dtype == _dtype_io.USER_NUMPY[dtype], (got.dtype, dtype)
-    stored = _dtype_io.store_reference(ref_f32, dtype)
-    if dtype in INTEGERS or dtype == "boolean":
-        np.testing.assert_array_equal(got, stored)
-    else:
-        tolerance.check(got, stored, threshold + _dtype_io.EPSILON[dtype])
+    """``_sweeps.values``, in [-2, 2) unless told."""
+    return _values(rng, dtype, shape, low, high)
 
 
 def assert_bits_equal(got: np.ndarray, want: np.ndarray) -> None:
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     np.testing.assert_array_equal(got, want)
-
-
-async def execute(engine, desc, arrays: dict, dst_init=None, outputs=("dst",), primitive=None):
-    """Run ``desc``: inputs from ``arrays``, other arguments allocated (dst filled with
-    ``dst_init`` when given). Returns dst, or a dict of ``outputs`` when more than dst."""
-    primitive = primitive or await engine.create_primitive(desc)
-    memories = {}
-    for name, md in desc.arg_descs.items():
-        if name in arrays:
-            memories[name] = await engine.from_numpy(arrays[name], md)
-        elif name == "dst" and dst_init is not None:
-            memories[name] = await engine.from_numpy(dst_init, md)
-        else:
-            memories[name] = engine.memory(md)
-    await (await engine.stream()).execute(primitive, memories)
-    got = {name: await memories[name].to_numpy() for name in outputs}
-    return got["dst"] if tuple(outputs) == ("dst",) else got
 
 
 @pytest.fixture(params=["device", "v1"])
@@ -139,8 +106,8 @@ async def test_matmul_of_small_integers_is_exact(shaped_engine, rng, case):
     """Integers up to 8 are exact in bf16 and f16 and their sums exact in f32: the stored result
     is the reference's, bit for bit, whatever dst's type rounds."""
     src_dims, wei_dims, bias_dims, (st, wt, bt, dt) = MATMUL_CASES[case]
-    a, w = ints(rng, st, src_dims), ints(rng, wt, wei_dims)
-    bias = None if bias_dims is None else ints(rng, bt, bias_dims)
+    a, w = ints(rng, src_dims, st), ints(rng, wei_dims, wt)
+    bias = None if bias_dims is None else ints(rng, bias_dims, bt)
     dims = MatmulDesc(MemoryDesc(src_dims), MemoryDesc(wei_dims)).dst.dims
     desc = MatmulDesc(MemoryDesc(src_dims, st), MemoryDesc(wei_dims, wt), MemoryDesc(dims, dt),
                       None if bias is None else MemoryDesc(bias_dims, bt))
@@ -169,12 +136,11 @@ async def test_matmul_post_ops_on_a_bf16_dst(shaped_engine, rng):
     """relu, a sum reading the old bf16 dst, a broadcast f32 multiplier, output_scale: all exact
     on integer data, so the bf16 store must match bit for bit."""
     m, k, n = 33, 20, 40
-    factor_md = MemoryDesc((1, n))
-    chain = (("eltwise", "relu"), ("sum", 0.5), ("binary", "mul", factor_md))
+    chain = relu_sum_mul((1, n))
     desc = MatmulDesc(MemoryDesc((m, k), "bf16"), MemoryDesc((k, n), "bf16"), MemoryDesc((m, n), "bf16"),
                       post_ops=chain, output_scale=0.5)
-    a, w = ints(rng, "bf16", (m, k)), ints(rng, "bf16", (k, n))
-    old = ints(rng, "bf16", (m, n))
+    a, w = ints(rng, (m, k), "bf16"), ints(rng, (k, n), "bf16")
+    old = ints(rng, (m, n), "bf16")
     factor = rng.choice(np.array([0.25, 0.5, 1.0, 2.0], np.float32), (1, n))
     got = await execute(shaped_engine[0], desc, {"src": a, "weights": w, "post_op_2_src1": factor}, dst_init=old)
     ref = _post_ops.scaled_reference(desc.post_ops, matmul.reference(a, w), old_dst=old, operands={2: factor},
@@ -216,12 +182,9 @@ async def test_softmax_converts_storage(engine, rng, alg, case):
 
 @pytest.mark.parametrize("dims", [(4, 64), (4, 37)], ids=["vector", "scalar"])
 async def test_softmax_in_place_on_bf16(engine, rng, dims):
-    md = MemoryDesc(dims, "bf16")
     x = values(rng, "bf16", dims, -5.0, 5.0)
-    primitive = await engine.create_primitive(SoftmaxDesc("softmax", md))
-    mem = await engine.from_numpy(x, md)
-    await (await engine.stream()).execute(primitive, {"src": mem, "dst": mem})
-    check_stored(await mem.to_numpy(), softmax.reference("softmax", x), tolerance.SOFTMAX, "bf16")
+    got = await execute_in_place(engine, SoftmaxDesc("softmax", MemoryDesc(dims, "bf16")), x)
+    check_stored(got, softmax.reference("softmax", x), tolerance.SOFTMAX, "bf16")
 
 
 @pytest.mark.parametrize("dims", [(4, 64), (4, 37)], ids=["vector", "scalar"])
@@ -272,10 +235,8 @@ async def test_reduction_counts_a_boolean_mask(engine, rng):
 
 # -- layer and RMS normalization -------------------------------------------------------------------
 
-NORM_DTYPES = [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f32", "bf16")]
 
-
-@pytest.mark.parametrize("src_dtype, dst_dtype", NORM_DTYPES, ids=[f"{s}->{d}" for s, d in NORM_DTYPES])
+@dtype_pairs(FLOAT_PAIRS)
 async def test_layer_norm_converts_storage(engine, rng, src_dtype, dst_dtype):
     """src and dst of any type; scale, shift and the mean/variance outputs stay f32."""
     dims = (6, 48)
@@ -290,7 +251,7 @@ async def test_layer_norm_converts_storage(engine, rng, src_dtype, dst_dtype):
     tolerance.check(got["variance"], variance, normalization.STATS)
 
 
-@pytest.mark.parametrize("src_dtype, dst_dtype", NORM_DTYPES, ids=[f"{s}->{d}" for s, d in NORM_DTYPES])
+@dtype_pairs(FLOAT_PAIRS)
 async def test_rms_norm_converts_storage(engine, rng, src_dtype, dst_dtype):
     dims = (3, 5, 40)
     x = values(rng, src_dtype, dims)
@@ -303,13 +264,10 @@ async def test_rms_norm_converts_storage(engine, rng, src_dtype, dst_dtype):
 
 async def test_layer_norm_in_place_on_bf16_with_a_sum_post_op(engine, rng):
     """In place, the sum post-op reads src's bf16 value right before that element is written."""
-    md = MemoryDesc((4, 40), "bf16")
-    x = values(rng, "bf16", md.dims)
-    primitive = await engine.create_primitive(LayerNormDesc(md, post_ops=(("sum", 1.0),)))
-    mem = await engine.from_numpy(x, md)
-    await (await engine.stream()).execute(primitive, {"src": mem, "dst": mem})
+    x = values(rng, "bf16", (4, 40))
+    got = await execute_in_place(engine, LayerNormDesc(MemoryDesc(x.shape, "bf16"), post_ops=(("sum", 1.0),)), x)
     ref, _, _ = normalization.layer_reference(x, post_ops=(("sum", 1.0),), old_dst=x)
-    check_stored(await mem.to_numpy(), ref, 2 * tolerance.normalization("layer_normalization"), "bf16")
+    check_stored(got, ref, 2 * tolerance.normalization("layer_normalization"), "bf16")
 
 
 # -- pooling, batch and group normalization --------------------------------------------------------
@@ -325,7 +283,7 @@ async def test_max_pooling_of_one_type_is_exact(engine, rng, dtype):
 
 
 @pytest.mark.parametrize("alg", ["avg_exclude_padding", "avg_include_padding"])
-@pytest.mark.parametrize("src_dtype, dst_dtype", [("f16", "f16"), ("bf16", "f32"), ("f32", "bf16")])
+@dtype_pairs(FLOAT_PAIRS)
 async def test_average_pooling_converts_storage(engine, rng, alg, src_dtype, dst_dtype):
     x = values(rng, src_dtype, (1, 4, 10, 10))
     geo = dict(kernel=3, strides=1, padding_l=1)
@@ -348,7 +306,7 @@ async def test_batch_norm_converts_storage(engine, rng, src_dtype, dst_dtype, la
     check_stored(got, ref, tolerance.normalization("batch_normalization"), dst_dtype)
 
 
-@pytest.mark.parametrize("src_dtype, dst_dtype", [("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32")])
+@dtype_pairs(FLOAT_PAIRS)
 async def test_group_norm_converts_storage(engine, rng, src_dtype, dst_dtype):
     dims = (2, 6, 3, 5)
     x = values(rng, src_dtype, dims)
@@ -378,8 +336,8 @@ CONV_CASES = {
 @pytest.mark.parametrize("case", list(CONV_CASES))
 async def test_convolution_of_small_integers_is_exact(shaped_engine, rng, case):
     src_dims, wei_dims, geo, (st, wt, bt, dt), layout, path = CONV_CASES[case]
-    x, w = ints(rng, st, src_dims), ints(rng, wt, wei_dims)
-    bias = None if bt is None else ints(rng, bt, (wei_dims[0],))
+    x, w = ints(rng, src_dims, st), ints(rng, wei_dims, wt)
+    bias = None if bt is None else ints(rng, (wei_dims[0],), bt)
     shape = ConvolutionDesc(MemoryDesc(src_dims), MemoryDesc(wei_dims), **geo).dst.dims
     desc = ConvolutionDesc(
         MemoryDesc(src_dims, st, layout), MemoryDesc(wei_dims, wt), MemoryDesc(shape, dt),
@@ -399,13 +357,13 @@ async def test_convolution_of_small_integers_is_exact(shaped_engine, rng, case):
 async def test_convolution_row_vector_post_ops_on_a_bf16_dst(engine, rng):
     """Row-vector path with a shifted last block (20 outputs: 16 + 4): the sum post-op reads the
     old bf16 dst lane by lane; a per-channel f32 multiplier; exact on integers."""
-    x, w = ints(rng, "bf16", (1, 3, 6, 20)), ints(rng, "bf16", (4, 3, 3, 3))
+    x, w = ints(rng, (1, 3, 6, 20), "bf16"), ints(rng, (4, 3, 3, 3), "bf16")
     factor = rng.choice(np.array([0.5, 1.0, 2.0], np.float32), (1, 4, 1, 1))
     chain = (("sum", 0.5), ("binary", "mul", MemoryDesc(factor.shape)))
     desc = ConvolutionDesc(MemoryDesc(x.shape, "bf16"), MemoryDesc(w.shape, "bf16"), MemoryDesc((1, 4, 6, 20), "bf16"),
                            padding_l=1, post_ops=chain)
     assert convolution.generate(desc, CPU).impl.startswith("ocl:direct:row16")
-    old = ints(rng, "bf16", (1, 4, 6, 20))
+    old = ints(rng, (1, 4, 6, 20), "bf16")
     got = await execute(engine, desc, {"src": x, "weights": w, "post_op_1_src1": factor}, dst_init=old)
     ref = convolution.reference(x, w, padding_l=(1, 1), post_ops=desc.post_ops, old_dst=old, operands={1: factor},
                                 dst_dtype="bf16")
@@ -424,10 +382,7 @@ async def test_convolution_of_random_bf16_into_f32(engine, rng):
 # -- reorder's boolean -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "src_dtype, dst_dtype", [("f32", "boolean"), ("boolean", "f32"), ("boolean", "bf16"), ("boolean", "boolean"),
-                             ("s8", "boolean")],
-)
+@dtype_pairs([("f32", "boolean"), ("boolean", "f32"), ("boolean", "bf16"), ("boolean", "boolean"), ("s8", "boolean")])
 async def test_reorder_of_boolean_across_layouts(engine, rng, src_dtype, dst_dtype):
     dims = (3, 5, 7)
     x = values(rng, src_dtype, dims, -2, 3)
@@ -491,13 +446,7 @@ UNSUPPORTED = {
 async def test_unsupported_data_types_are_refused_and_cache_nothing(engine, case):
     make, culprit = UNSUPPORTED[case]
     desc = make()
-    before_cache, before_engine = triodnn.primitive_cache_statistics(), engine.statistics()
-    with pytest.raises(triodnn.UnsupportedError, match=culprit):
-        await engine.create_primitive(desc)
-    assert triodnn.primitive_cache_statistics() == before_cache
-    after = engine.statistics()
-    assert after.programs_built == before_engine.programs_built and after.builds_in_flight == 0
-    assert after.live_buffers == before_engine.live_buffers
+    await assert_refused_caching_nothing(engine, desc, culprit)
     with pytest.raises(triodnn.UnsupportedError, match=culprit):
         triodnn.kernels.generate(desc, CPU)
 

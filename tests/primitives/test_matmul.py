@@ -81,8 +81,10 @@ def test_impl_names_the_register_block():
         (lambda: MatmulDesc(MemoryDesc((4, 5)), MemoryDesc((6, 3))), triodnn.ArgumentMismatchError, "K=5"),
         (lambda: MatmulDesc(MemoryDesc((5,)), MemoryDesc((5, 3))), triodnn.InvalidArgumentError, "src dims"),
         (lambda: MatmulDesc(MemoryDesc((2, 4, 5)), MemoryDesc((3, 5, 6))), triodnn.ArgumentMismatchError, "batch dims"),
-        (lambda: MatmulDesc(MemoryDesc((4, 5)), MemoryDesc((5, 3)), MemoryDesc((4, 4))), triodnn.ArgumentMismatchError, "dst dims"),
-        (lambda: MatmulDesc(MemoryDesc((4, 5)), MemoryDesc((5, 3)), bias=MemoryDesc((2,))), triodnn.ArgumentMismatchError, "bias dims"),
+        (lambda: MatmulDesc(MemoryDesc((4, 5)), MemoryDesc((5, 3)), MemoryDesc((4, 4))), triodnn.ArgumentMismatchError,
+         "dst dims"),
+        (lambda: MatmulDesc(MemoryDesc((4, 5)), MemoryDesc((5, 3)), bias=MemoryDesc((2,))), triodnn.ArgumentMismatchError,
+         "bias dims"),
         (lambda: MatmulDesc("src", MemoryDesc((5, 3))), triodnn.InvalidArgumentError, "src is str"),
     ],
 )

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_post_ops_kinds import execute, normal, threshold
+from _sweeps import CPU, add_sum_eltwise, execute, normal, post_op_inputs, threshold
 
 from triodnn import MemoryDesc
 from triodnn._values._normalization_desc import LayerNormDesc, RMSNormDesc
-from triodnn.kernels import _post_ops, generate, normalization, select_config, tolerance
-
-CPU = select_config("cpu", 4096)
+from triodnn.kernels import generate, normalization, select_config, tolerance
 
 
 def _src(rng, dims, offset=1.0):
@@ -42,16 +40,12 @@ async def test_layer_norm_vector_path(engine, rng, case, affine):
     if affine:
         arrays["scale"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
         arrays["shift"] = rng.uniform(-1.0, 1.0, c).astype(np.float32)
-    mems = {name: await engine.from_numpy(a, desc.arg_descs[name]) for name, a in arrays.items()}
-    for name in ("dst", "mean", "variance"):
-        mems[name] = engine.memory(desc.arg_descs[name])
-    prim = await engine.create_primitive(desc)
-    await (await engine.stream()).execute(prim, mems)
+    got = await execute(engine, desc, arrays, outputs=("dst", "mean", "variance"))
     ref, m, v = normalization.layer_reference(arrays["src"], epsilon=1e-4, scale=arrays.get("scale"),
                                               shift=arrays.get("shift"))
-    tolerance.check(await mems["dst"].to_numpy(), ref, normalization.LNORM)
-    tolerance.check(await mems["mean"].to_numpy(), m, normalization.STATS)
-    tolerance.check(await mems["variance"].to_numpy(), v, normalization.STATS)
+    tolerance.check(got["dst"], ref, normalization.LNORM)
+    tolerance.check(got["mean"], m, normalization.STATS)
+    tolerance.check(got["variance"], v, normalization.STATS)
 
 
 def test_rows_per_work_item_and_gpu_config_unchanged():
@@ -76,7 +70,7 @@ async def test_rms_norm_vector_path(engine, rng, dims):
 async def test_vector_path_post_ops(engine, rng, kind, operand):
     dims = (6, 64)
     operand_dims = {"full": dims, "row_bcast": (1, 64), "col_bcast": (6, 1)}[operand]
-    chain = (("binary", "add", MemoryDesc(operand_dims)), ("sum", 0.5), ("eltwise", "gelu_erf"))
+    chain = add_sum_eltwise(operand_dims, "gelu_erf")
     if kind == "layer":
         desc = LayerNormDesc(MemoryDesc(dims), scale=MemoryDesc((64,)), shift=MemoryDesc((64,)), post_ops=chain,
                              output_scale=0.75)
@@ -85,8 +79,7 @@ async def test_vector_path_post_ops(engine, rng, kind, operand):
         desc = RMSNormDesc(MemoryDesc(dims), scale=MemoryDesc((64,)), post_ops=chain, output_scale=0.75)
         arrays = {"src": normal(rng, dims), "scale": normal(rng, 64)}
     assert generate(desc, CPU).impl.startswith("ocl:row:v16")
-    operands = {name: normal(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
-    old = normal(rng, dims)
+    operands, old = post_op_inputs(rng, desc)
     got = await execute(engine, desc, {**arrays, **operands}, dst_init=old)
     kw = dict(output_scale=0.75, post_ops=desc.post_ops, old_dst=old, operands=operands)
     if kind == "layer":

@@ -18,7 +18,8 @@ CASES = {
     "1d_nwc_dilated": ((2, 5, 13), "nwc", None, dict(kernel=3, strides=1, padding_l=2, padding_r=1, dilation=2)),
     "2d": ((2, 3, 9, 7), None, None, dict(kernel=(3, 2), strides=(2, 1), padding_l=(1, 0), padding_r=(1, 1))),
     "2d_nhwc_to_nchw": ((1, 4, 8, 9), "nhwc", "nchw", dict(kernel=3, strides=2, padding_l=1)),
-    "2d_dilated_asym": ((2, 2, 10, 11), None, "nhwc", dict(kernel=(2, 3), strides=(3, 2), padding_l=(1, 2), padding_r=(0, 1), dilation=(3, 2))),
+    "2d_dilated_asym": ((2, 2, 10, 11), None, "nhwc",
+                        dict(kernel=(2, 3), strides=(3, 2), padding_l=(1, 2), padding_r=(0, 1), dilation=(3, 2))),
     "2d_global": ((3, 2, 5, 6), None, None, dict(kernel=(5, 6), strides=1, padding_l=0)),
     "2d_gapped": ((2, 3, 5, 5), (100, 30, 6, 1), None, dict(kernel=2, strides=1, padding_l=1)),
     "3d": ((1, 2, 5, 6, 7), None, None, dict(kernel=(2, 3, 3), strides=(1, 2, 2), padding_l=(0, 1, 1), padding_r=(1, 1, 0))),
@@ -39,7 +40,7 @@ async def test_algorithm_on_every_case(alg, engine, build, upload, rng):
     }
     prims = await build(descs)
     stream = await engine.stream()
-    for name, (dims, s, _, geometry) in CASES.items():
+    for name, (dims, _, _, geometry) in CASES.items():
         desc, prim = descs[name], prims[name]
         assert prim.kind == "pooling" and prim.label == f"pooling:{alg}"
         x = rng.uniform(-5.0, 5.0, dims).astype(np.float32)

@@ -6,36 +6,26 @@ transcendental post-ops are then compared within their eltwise tolerance.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from _sweeps import CPU, add_sum_eltwise, execute, execute_in_place, normal
+from _sweeps import ints as _ints
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc
 from triodnn._values._matmul_desc import MatmulDesc
 from triodnn.kernels import _post_ops, binary, eltwise, matmul, tolerance
 
-
-def ints(rng, shape) -> np.ndarray:
-    return rng.integers(-4, 5, shape).astype(np.float32)
-
-
-async def run(engine, desc, arrays: dict, dst_init: np.ndarray | None = None) -> np.ndarray:
-    primitive = await engine.create_primitive(desc)
-    stream = await engine.stream()
-    args = {name: await engine.from_numpy(arrays[name], desc.arg_descs[name]) for name in arrays}
-    if dst_init is not None:
-        args["dst"] = await engine.from_numpy(dst_init, desc.dst)
-    else:
-        args["dst"] = engine.memory(desc.dst)
-    await stream.execute(primitive, args)
-    return await args["dst"].to_numpy()
+ints = functools.partial(_ints, bound=4)  # [-4, 4]
 
 
 async def test_matmul_bias_relu(engine, rng):
     a, w, b = ints(rng, (33, 20)), ints(rng, (20, 40)), ints(rng, (40,))
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), bias=MemoryDesc(b.shape),
                       post_ops=(("eltwise", "relu"),))
-    got = await run(engine, desc, {"src": a, "weights": w, "bias": b})
+    got = await execute(engine, desc, {"src": a, "weights": w, "bias": b})
     np.testing.assert_array_equal(got, np.maximum(matmul.reference(a, w, b), 0))
 
 
@@ -44,10 +34,10 @@ async def test_matmul_binary_add_sum_gelu(engine, rng, m, k, n):
     """Full 16x16 blocks and edge blocks: row-broadcast add, sum(0.5) with the old dst, gelu_tanh."""
     a, w, row = ints(rng, (m, k)), ints(rng, (k, n)), ints(rng, (1, n))
     old = ints(rng, (m, n))
-    chain = (("binary", "add", MemoryDesc((1, n))), ("sum", 0.5), ("eltwise", "gelu_tanh"))
+    chain = add_sum_eltwise((1, n), "gelu_tanh")
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), post_ops=chain)
     assert desc.arg_descs["post_op_0_src1"] == MemoryDesc((1, n))
-    got = await run(engine, desc, {"src": a, "weights": w, "post_op_0_src1": row}, dst_init=old)
+    got = await execute(engine, desc, {"src": a, "weights": w, "post_op_0_src1": row}, dst_init=old)
     exact = matmul.reference(a, w) + row + 0.5 * old  # small integers and halves: exact
     np.testing.assert_array_equal(
         _post_ops.reference(chain[:2], matmul.reference(a, w), old, {0: row}), exact
@@ -63,7 +53,7 @@ async def test_matmul_edge_blocks_column_operand_and_clip(engine, rng, m, n):
     chain = (("binary", "mul", MemoryDesc((m, 1))), ("eltwise", "clip", -10.0, 12.0), ("sum", 1.0))
     old = ints(rng, (m, n))
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), post_ops=chain)
-    got = await run(engine, desc, {"src": a, "weights": w, "post_op_0_src1": col}, dst_init=old)
+    got = await execute(engine, desc, {"src": a, "weights": w, "post_op_0_src1": col}, dst_init=old)
     ref = _post_ops.reference(chain, matmul.reference(a, w), old, {0: col})
     np.testing.assert_array_equal(got, ref)
 
@@ -73,41 +63,41 @@ async def test_batched_matmul_with_batch_broadcast_operand(engine, rng):
     op = ints(rng, (3, 1, 20))
     chain = (("binary", "sub", MemoryDesc(op.shape)), ("eltwise", "abs"))
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), post_ops=chain)
-    got = await run(engine, desc, {"src": a, "weights": w, "post_op_0_src1": op})
+    got = await execute(engine, desc, {"src": a, "weights": w, "post_op_0_src1": op})
     np.testing.assert_array_equal(got, np.abs(matmul.reference(a, w) - op))
 
 
 @pytest.mark.parametrize("n", [4099, 64, 7])
 async def test_eltwise_binary_mul_scalar_operand_stays_flat(engine, rng, n):
-    x = rng.standard_normal(n).astype(np.float32)
+    x = normal(rng, n)
     s = np.array([2.5], np.float32)
     chain = (("binary", "mul", MemoryDesc((1,))),)
     desc = EltwiseDesc("tanh", MemoryDesc((n,)), post_ops=chain)
-    assert triodnn.kernels.generate(desc, triodnn.kernels.select_config("cpu", 4096)).impl.startswith("ocl:flat")
-    got = await run(engine, desc, {"src": x, "post_op_0_src1": s})
+    assert triodnn.kernels.generate(desc, CPU).impl.startswith("ocl:flat")
+    got = await execute(engine, desc, {"src": x, "post_op_0_src1": s})
     ref = _post_ops.reference(chain, eltwise.reference("tanh", x), None, {0: s})
     tolerance.check(got, ref, tolerance.eltwise("tanh"))
 
 
 async def test_eltwise_broadcast_operand_takes_the_strided_path(engine, rng):
-    x = rng.standard_normal((37, 20)).astype(np.float32)
-    row = rng.standard_normal((20,)).astype(np.float32)
+    x = normal(rng, (37, 20))
+    row = normal(rng, (20,))
     chain = (("binary", "add", MemoryDesc((20,))), ("eltwise", "sigmoid"))
     desc = EltwiseDesc("relu", MemoryDesc(x.shape), post_ops=chain)
-    spec = triodnn.kernels.generate(desc, triodnn.kernels.select_config("cpu", 4096))
+    spec = triodnn.kernels.generate(desc, CPU)
     assert spec.impl.endswith(":po_bcast")
     assert spec.arg_names == ("src", "post_op_0_src1", "dst")
-    got = await run(engine, desc, {"src": x, "post_op_0_src1": row})
+    got = await execute(engine, desc, {"src": x, "post_op_0_src1": row})
     ref = _post_ops.reference(chain, eltwise.reference("relu", x), None, {0: row})
     tolerance.check(got, ref, tolerance.eltwise("sigmoid"))
 
 
 async def test_binary_then_eltwise_clip(engine, rng):
-    a = rng.standard_normal((5, 33)).astype(np.float32)
-    b = rng.standard_normal((5, 33)).astype(np.float32)
+    a = normal(rng, (5, 33))
+    b = normal(rng, (5, 33))
     chain = (("eltwise", "clip", -0.5, 0.75),)
     desc = BinaryDesc("add", MemoryDesc(a.shape), MemoryDesc(b.shape), post_ops=chain)
-    got = await run(engine, desc, {"src0": a, "src1": b})
+    got = await execute(engine, desc, {"src0": a, "src1": b})
     tolerance.check(got, _post_ops.reference(chain, binary.reference("add", a, b)), tolerance.BINARY)
 
 
@@ -118,21 +108,16 @@ async def test_broadcast_binary_with_operand_and_sum(engine, rng):
     old = ints(rng, (4, 3, 6))
     chain = (("binary", "max", MemoryDesc(op.shape)), ("sum", -2.0))
     desc = BinaryDesc("mul", MemoryDesc(a.shape), MemoryDesc(b.shape), post_ops=chain)
-    got = await run(engine, desc, {"src0": a, "src1": b, "post_op_0_src1": op}, dst_init=old)
+    got = await execute(engine, desc, {"src0": a, "src1": b, "post_op_0_src1": op}, dst_init=old)
     np.testing.assert_array_equal(got, _post_ops.reference(chain, a * b, old, {0: op}))
 
 
 async def test_in_place_eltwise_with_sum_reads_src_as_old_dst(engine, rng):
     """The documented corner: src and dst one buffer, so sum's "previous dst" is src itself; each
     element is read before its own store, so the result is f(x) + scale * x."""
-    x = rng.standard_normal(1000).astype(np.float32)
+    x = normal(rng, 1000)
     chain = (("sum", 2.0),)
-    desc = EltwiseDesc("square", MemoryDesc(x.shape), post_ops=chain)
-    primitive = await engine.create_primitive(desc)
-    stream = await engine.stream()
-    mem = await engine.from_numpy(x)
-    await stream.execute(primitive, {"src": mem, "dst": mem})
-    got = await mem.to_numpy()
+    got = await execute_in_place(engine, EltwiseDesc("square", MemoryDesc(x.shape), post_ops=chain), x)
     ref = _post_ops.reference(chain, eltwise.reference("square", x), old_dst=x)
     tolerance.check(got, ref, tolerance.ELTWISE)
 
@@ -165,7 +150,7 @@ async def test_cache_blob_round_trips_post_ops(engine, rng):
     assert loaded.desc.post_ops[0][2] == row and isinstance(loaded.desc.post_ops[0][2], MemoryDesc)
     assert loaded.spec == primitive.spec
     a, w, r, old = ints(rng, (9, 4)), ints(rng, (4, 24)), ints(rng, (1, 24)), ints(rng, (9, 24))
-    got = await run(engine, loaded.desc, {"src": a, "weights": w, "post_op_0_src1": r}, dst_init=old)
+    got = await execute(engine, loaded.desc, {"src": a, "weights": w, "post_op_0_src1": r}, dst_init=old)
     np.testing.assert_array_equal(got, _post_ops.reference(chain, a @ w, old, {0: r}))
 
 

@@ -11,9 +11,24 @@ exactly.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import numpy as np
 import pytest
+from _sweeps import (
+    CPU,
+    VARIANTS,
+    add_sum_eltwise,
+    assert_refused_caching_nothing,
+    execute,
+    execute_in_place,
+    normal,
+    post_op_inputs,
+    post_op_variant,
+    threshold,
+)
+from _sweeps import ints as _ints
 
 import triodnn
 from triodnn import (
@@ -26,40 +41,9 @@ from triodnn import (
     RMSNormDesc,
     SoftmaxDesc,
 )
-from triodnn.kernels import _post_ops, convolution, matmul, normalization, select_config, softmax, tolerance
+from triodnn.kernels import _post_ops, convolution, matmul, normalization, softmax, tolerance
 
-CPU = select_config("cpu", 4096)
-
-
-def ints(rng, shape) -> np.ndarray:
-    return rng.integers(-3, 4, shape).astype(np.float32)
-
-
-def normal(rng, shape) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def threshold(base: float, chain: tuple) -> float:
-    """The kind's threshold, or the loosest of the chain's eltwise post-ops where that is looser."""
-    return max([base] + [tolerance.eltwise(op[1]) for op in chain if op[0] == "eltwise"])
-
-
-async def execute(engine, desc, arrays: dict, dst_init: np.ndarray | None = None, primitive=None) -> np.ndarray:
-    """Run ``desc`` on ``arrays``; outputs not given (dst, statistics) are allocated, dst filled
-    with ``dst_init`` when given. Returns dst."""
-    if primitive is None:
-        primitive = await engine.create_primitive(desc)
-    stream = await engine.stream()
-    memories = {}
-    for name, md in desc.arg_descs.items():
-        if name in arrays:
-            memories[name] = await engine.from_numpy(arrays[name], md)
-        elif name == "dst" and dst_init is not None:
-            memories[name] = await engine.from_numpy(dst_init, md)
-        else:
-            memories[name] = engine.memory(md)
-    await stream.execute(primitive, memories)
-    return await memories["dst"].to_numpy()
+ints = functools.partial(_ints, bound=3)  # [-3, 3]
 
 
 # Convolution ---------------------------------------------------------------------------------
@@ -79,12 +63,9 @@ CONV_CASES = {
 
 def conv_variant(variant: str, dst_dims: tuple[int, ...]) -> tuple[float, tuple]:
     n, oc, oh, ow = dst_dims
-    if variant == "chain":
-        return 1.0, (("binary", "add", MemoryDesc((1, oc, 1, 1))), ("sum", 0.5), ("eltwise", "tanh"))
-    if variant == "scale":
-        return 0.5, ()
-    # An operand varying along H and W: gathered lane by lane on the row path.
-    return -0.25, (("sum", 2.0), ("binary", "mul", MemoryDesc((1, 1, oh, ow))), ("eltwise", "gelu_erf"))
+    # scale+chain: an operand varying along H and W, gathered lane by lane on the row path.
+    scaled = (-0.25, (("sum", 2.0), ("binary", "mul", MemoryDesc((1, 1, oh, ow))), ("eltwise", "gelu_erf")))
+    return post_op_variant(variant, add_sum_eltwise((1, oc, 1, 1), "tanh"), 0.5, scaled)
 
 
 @pytest.mark.parametrize(
@@ -103,8 +84,7 @@ async def test_convolution(engine, rng, case, variant):
     assert spec.impl.startswith(impl)
     assert spec.arg_names == tuple(desc.arg_descs)
     x, w, b = ints(rng, src_dims), ints(rng, desc.weights.dims), ints(rng, (oc,))
-    operands = {name: ints(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
-    old = ints(rng, desc.dst.dims)
+    operands, old = post_op_inputs(rng, desc, ints)
     got = await execute(engine, desc, {"src": x, "weights": w, "bias": b, **operands}, dst_init=old)
     ref = convolution.reference(x, w, b, padding_l=(1, 1), output_scale=output_scale, post_ops=desc.post_ops,
                                 old_dst=old, operands=operands)
@@ -124,11 +104,8 @@ SOFTMAX_CASES = {
 def softmax_variant(variant: str, dims: tuple[int, ...], axis: int) -> tuple[float, tuple]:
     along_axis = tuple(d if i == axis % len(dims) else 1 for i, d in enumerate(dims))  # one row for all rows
     per_row = tuple(1 if i == axis % len(dims) else d for i, d in enumerate(dims))  # one value per row
-    if variant == "chain":
-        return 1.0, (("binary", "add", MemoryDesc(along_axis)), ("sum", 0.5), ("eltwise", "exp"))
-    if variant == "scale":
-        return 3.0, ()
-    return 0.75, (("binary", "mul", MemoryDesc(per_row)), ("eltwise", "sigmoid"), ("sum", -1.5))
+    scaled = (0.75, (("binary", "mul", MemoryDesc(per_row)), ("eltwise", "sigmoid"), ("sum", -1.5)))
+    return post_op_variant(variant, add_sum_eltwise(along_axis, "exp"), 3.0, scaled)
 
 
 @pytest.mark.parametrize("case", list(SOFTMAX_CASES))
@@ -145,8 +122,7 @@ async def test_softmax(engine, rng, case, alg, variant):
     assert spec.impl.startswith(impl)
     assert spec.arg_names == tuple(desc.arg_descs)
     x = normal(rng, dims) * 3
-    operands = {name: normal(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
-    old = normal(rng, dims)
+    operands, old = post_op_inputs(rng, desc)
     got = await execute(engine, desc, {"src": x, **operands}, dst_init=old)
     ref = softmax.reference(alg, x, axis=axis, output_scale=output_scale, post_ops=desc.post_ops,
                             old_dst=old, operands=operands)
@@ -158,13 +134,10 @@ async def test_softmax_in_place_sum_adds_src(engine, rng, dims):
     """In place, dst's old values are src's: each is read before its own store."""
     chain = (("sum", 1.0),)
     desc = SoftmaxDesc("softmax", MemoryDesc(dims), post_ops=chain, output_scale=2.0)
-    primitive = await engine.create_primitive(desc)
-    stream = await engine.stream()
     x = normal(rng, dims)
-    memory = await engine.from_numpy(x)
-    await stream.execute(primitive, {"src": memory, "dst": memory})
+    got = await execute_in_place(engine, desc, x)
     ref = softmax.reference("softmax", x, output_scale=2.0, post_ops=chain, old_dst=x)
-    tolerance.check(await memory.to_numpy(), ref, 4 * tolerance.SOFTMAX)
+    tolerance.check(got, ref, 4 * tolerance.SOFTMAX)
 
 
 # Normalizations ------------------------------------------------------------------------------
@@ -208,24 +181,18 @@ NORM_TOLERANCE = {
 
 
 @pytest.mark.parametrize("kind", list(NORM_TOLERANCE))
-@pytest.mark.parametrize("variant", ["chain", "scale", "scale+chain"])
+@pytest.mark.parametrize("variant", VARIANTS)
 async def test_normalization(engine, rng, kind, variant):
     plain, arrays, operand_dims, reference = norm_case(kind, rng)
-    if variant == "chain":
-        output_scale = 1.0
-        chain = (("binary", "add", MemoryDesc(operand_dims)), ("sum", 0.5), ("eltwise", "gelu_tanh"))
-    elif variant == "scale":
-        output_scale, chain = -2.0, ()  # a power of two: the product is exact
-    else:
-        output_scale = 0.3
-        chain = (("eltwise", "clip", -1.0, 1.5), ("sum", 1.0), ("binary", "max", MemoryDesc(operand_dims)),
-                 ("eltwise", "log"))
+    scaled = (0.3, (("eltwise", "clip", -1.0, 1.5), ("sum", 1.0), ("binary", "max", MemoryDesc(operand_dims)),
+                    ("eltwise", "log")))
+    # scale alone: a power of two, so the product is exact
+    output_scale, chain = post_op_variant(variant, add_sum_eltwise(operand_dims, "gelu_tanh"), -2.0, scaled)
     desc = attrs.evolve(plain, post_ops=chain, output_scale=output_scale)
     assert triodnn.kernels.generate(desc, CPU).arg_names == tuple(desc.arg_descs)
-    operands = {name: normal(rng, md.dims) for name, md in _post_ops.operands(desc.post_ops).items()}
+    operands, old = post_op_inputs(rng, desc)
     if variant == "scale+chain":  # log needs positive values: max with a positive operand
         operands = {name: np.abs(v) + 0.5 for name, v in operands.items()}
-    old = normal(rng, desc.dst.dims)
     got = await execute(engine, desc, {**arrays, **operands}, dst_init=old)
     ref = reference(arrays, output_scale=output_scale, post_ops=desc.post_ops, old_dst=old, operands=operands)
     tolerance.check(got, ref, threshold(NORM_TOLERANCE[kind], desc.post_ops))
@@ -248,12 +215,9 @@ async def test_layer_norm_in_place_sum_adds_src(engine, rng):
     x = normal(rng, (6, 33))
     chain = (("sum", -1.0),)
     desc = LayerNormDesc(MemoryDesc(x.shape), post_ops=chain, output_scale=0.5)
-    primitive = await engine.create_primitive(desc)
-    stream = await engine.stream()
-    memory = await engine.from_numpy(x)
-    await stream.execute(primitive, {"src": memory, "dst": memory})
+    got = await execute_in_place(engine, desc, x)
     ref = normalization.layer_reference(x, output_scale=0.5, post_ops=chain, old_dst=x)[0]
-    tolerance.check(await memory.to_numpy(), ref, 4 * normalization.LNORM)
+    tolerance.check(got, ref, 4 * normalization.LNORM)
 
 
 # Matmul: output_scale (its kernel takes the scale as a leading linear eltwise) --------------
@@ -374,8 +338,4 @@ def test_bad_output_scale_is_refused_by_name(kind, value, message):
 async def test_failed_create_caches_nothing(engine, kind):
     """An unsupported operand dtype fails in create_primitive, before the cache is consulted."""
     desc = make(kind, post_ops=(("binary", "add", MemoryDesc((8,), "f16")),), output_scale=2.0)
-    before = triodnn.primitive_cache_statistics()
-    with pytest.raises(triodnn.UnsupportedError, match="post_op_0_src1"):
-        await engine.create_primitive(desc)
-    after = triodnn.primitive_cache_statistics()
-    assert (after.size, after.misses, after.failed_builds) == (before.size, before.misses, before.failed_builds)
+    await assert_refused_caching_nothing(engine, desc, "post_op_0_src1")

@@ -84,7 +84,8 @@ CASES = {
     "causal_top_left": ((1, 2, 50, 32), (1, 2, 50, 32), (1, 2, 50, 32), None, (0.125, "multiply"), "top_left", False),
     "causal_bottom_right": ((1, 2, 20, 16), (1, 2, 53, 16), (1, 2, 53, 16), None, (0.25, "multiply"), "bottom_right", False),
     # Sq > Skv: the first Sq - Skv rows see no key at all and give 0 (inf_as_zero).
-    "causal_bottom_right_short_kv": ((1, 2, 40, 16), (1, 2, 24, 16), (1, 2, 24, 16), None, (0.25, "multiply"), "bottom_right", False),
+    "causal_bottom_right_short_kv": ((1, 2, 40, 16), (1, 2, 24, 16), (1, 2, 24, 16), None, (0.25, "multiply"),
+                                     "bottom_right", False),
     "causal_with_mask": ((2, 2, 35, 16), (2, 2, 35, 16), (2, 2, 35, 16), (2, 1, 35, 35), (4.0, "divide"), "top_left", False),
     "sq_skv_d_dv_differ": ((2, 3, 7, 24), (2, 3, 33, 24), (2, 3, 33, 40), (2, 1, 1, 33), (0.2, "multiply"), None, False),
     "odd_sizes": ((3, 7, 5), (3, 33, 5), (3, 33, 3), None, (0.5, "multiply"), None, False),
@@ -92,11 +93,13 @@ CASES = {
     "gqa_heads_broadcast": ((1, 8, 17, 32), (1, 1, 17, 32), (1, 1, 17, 32), None, (0.125, "multiply"), None, False),
     "gqa_grouped": ((2, 2, 4, 20, 16), (2, 2, 1, 37, 16), (2, 2, 1, 37, 24), (2, 1, 1, 1, 37), (4.0, "divide"), None, False),
     "k_transposed": ((2, 3, 37, 32), (2, 3, 45, 32), (2, 3, 45, 32), None, (0.125, "multiply"), None, True),
-    "k_transposed_causal": ((1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 48), (0.25, "multiply"), "bottom_right", True),
+    "k_transposed_causal": ((1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 16), (1, 2, 48, 48), (0.25, "multiply"),
+                            "bottom_right", True),
     "no_batch": ((19, 16), (23, 16), (23, 20), None, (0.25, "multiply"), None, False),
     # GPU split kernel: several K/V tiles with an edge, rows past Sq in the last work-group
     "long_kv_tiles": ((1, 2, 70, 64), (1, 2, 150, 64), (1, 2, 150, 64), (1, 1, 70, 150), (0.125, "multiply"), None, False),
-    "long_causal_transposed": ((2, 1, 90, 32), (2, 1, 130, 32), (2, 1, 130, 48), (2, 1, 1, 130), (8.0, "divide"), "bottom_right", True),
+    "long_causal_transposed": ((2, 1, 90, 32), (2, 1, 130, 32), (2, 1, 130, 48), (2, 1, 1, 130), (8.0, "divide"),
+                               "bottom_right", True),
 }
 
 
@@ -334,7 +337,8 @@ def test_gpu_kernel_choice():
     assert impl(64, 64) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
     assert impl(64, 64, skv=20) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
     assert impl(96, 96) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit local memory
-    assert impl(64, 64, config=KernelConfig(vector_width=1, local_size=128, local_memory=48 * 1024)) == "ocl:sdpa:wgsplit:q8x16:k64:l128"
+    assert (impl(64, 64, config=KernelConfig(vector_width=1, local_size=128, local_memory=48 * 1024))
+            == "ocl:sdpa:wgsplit:q8x16:k64:l128")
     assert impl(128, 128).startswith("ocl:sdpa:wg:")  # q and O would not fit in registers
     assert impl(64, 64, config=NARROW).startswith("ocl:sdpa:wg:")
 

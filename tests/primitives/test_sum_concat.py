@@ -220,9 +220,12 @@ def test_concat_descs_are_cache_keys():
         (lambda: ConcatDesc((MemoryDesc((2, 3)),), -3), triodnn.InvalidArgumentError, "axis -3"),
         (lambda: ConcatDesc((MemoryDesc((2, 3)),), 1.0), triodnn.InvalidArgumentError, "axis"),
         (lambda: ConcatDesc((MemoryDesc((2, 3)),), True), triodnn.InvalidArgumentError, "axis"),
-        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((3, 3))), 1), triodnn.ArgumentMismatchError, r"srcs\[1\] dims \(3, 3\) differ"),
-        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((2, 3, 1))), 1), triodnn.ArgumentMismatchError, r"srcs\[1\] dims .* 3 dimensions"),
-        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((2, 4))), 1, MemoryDesc((2, 8))), triodnn.ArgumentMismatchError, "dst dims"),
+        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((3, 3))), 1), triodnn.ArgumentMismatchError,
+         r"srcs\[1\] dims \(3, 3\) differ"),
+        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((2, 3, 1))), 1), triodnn.ArgumentMismatchError,
+         r"srcs\[1\] dims .* 3 dimensions"),
+        (lambda: ConcatDesc((MemoryDesc((2, 3)), MemoryDesc((2, 4))), 1, MemoryDesc((2, 8))), triodnn.ArgumentMismatchError,
+         "dst dims"),
     ],
 )
 def test_concat_bad_arguments_name_the_argument(build, error, match):

@@ -59,7 +59,8 @@ def test_many_threads_share_one_portal():
         np.testing.assert_array_equal(results[i], np.full((256,), 2.0 * (i - 4) + i, np.float32))
 
 
-def test_graph_through_the_portal(rng=np.random.default_rng(3)):
+def test_graph_through_the_portal():
+    rng = np.random.default_rng(3)
     graph = load(EXAMPLES / "mlp.json")
     (partition,) = graph.get_partitions()
     with triodnn.start_blocking() as portal:

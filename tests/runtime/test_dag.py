@@ -218,7 +218,7 @@ async def run_dags(engine, prims, seeds):
         batch = [(seed, random_dag(seed)) for seed in seeds[start:start + DAGS_AT_ONCE]]
         submitted = [submit_dag(engine, stream, prims, dag) for _, dag in batch]
         with trio.fail_after(30):
-            for _, events, reads, _ in submitted:
+            for _, _events, reads, _ in submitted:
                 for event in reads:
                     await event
         for (seed, dag), (memories, events, _, outs) in zip(batch, submitted):
