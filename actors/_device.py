@@ -11,8 +11,9 @@ import attrs
 import pyopencl as cl
 import trio
 
+from .._values._keys import PrimitiveImpl, PrimitiveKey
 from ._allocator import DeviceAllocator
-from ._compiler import Compiler
+from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._kernel_cache import KernelCache
 
 
@@ -67,4 +68,22 @@ class DeviceActor:
         return EngineActorStatistics(
             allocator.live_buffers, allocator.live_bytes, compiler.programs_built,
             compiler.programs_loaded, compiler.builds_in_flight, len(self.kernels),
+        )
+
+    # -- what an engine asks of its device when it creates a primitive ------------------------
+
+    async def build(self, key: PrimitiveKey) -> PrimitiveImpl:
+        """Compile ``key`` from source in a worker thread, from the calling task (the primitive
+        cache's build task owns it), keep the kernel as this context's, and return the
+        context-independent implementation the cache stores."""
+        built = await self.compiler.compile_here(BuildRequest(key.desc, key.config, key.build_options))
+        self.kernels.adopt(key, built)
+        return PrimitiveImpl(key, built.spec, built.binary, built.seconds)
+
+    async def kernel_for(self, impl: PrimitiveImpl) -> BuiltKernel:
+        """This context's kernel of a cached implementation: kept, being loaded, or loaded now
+        from its binary (a hit made on another context of the device loads once)."""
+        key = impl.key
+        return await self.kernels.get(
+            key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
         )

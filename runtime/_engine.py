@@ -23,7 +23,7 @@ from ._values._memory_desc import MemoryDesc
 from ._values._op_desc import OpDesc
 from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from ._version import __version__
-from .actors import BuildRequest, BuiltKernel, DeviceActor, OutOfOrderStrategy
+from .actors import BuiltKernel, DeviceActor, OutOfOrderStrategy
 from .kernels import KERNELS, KernelConfig, select_config
 
 if TYPE_CHECKING:
@@ -251,13 +251,10 @@ class Engine:
         )
 
     async def _resources_from(self, impl: PrimitiveImpl) -> BuiltKernel:
-        key = impl.key
-        return await self._actor.kernels.get(
-            key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
-        )
+        return await self._actor.kernel_for(impl)
 
     async def _build_impl(self, key: PrimitiveKey) -> PrimitiveImpl:
-        built = await self._actor.compiler.compile_here(BuildRequest(key.desc, key.config, key.build_options))
-        INSTRUMENTS.build_finished(self, key.desc, built.seconds)
-        self._actor.kernels.adopt(key, built)
-        return PrimitiveImpl(key, built.spec, built.binary, built.seconds)
+        """The primitive cache's build of ``key``: the device builds, the instruments hear of it."""
+        impl = await self._actor.build(key)
+        INSTRUMENTS.build_finished(self, key.desc, impl.build_seconds)
+        return impl
