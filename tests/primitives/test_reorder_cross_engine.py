@@ -44,10 +44,18 @@ SPECIAL = [0.5, 1.5, 2.5, -0.5, -2.5, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 3 * 2**-8)
            0.0, -0.0, np.inf, -np.inf, np.nan, 65280.0, 3e9]
 
 
-def as_gpu(engine: triodnn.Engine) -> triodnn.Engine:
-    """``engine`` presented as a GPU to the executing-engine rule (its device is not changed)."""
-    engine.info = attrs.evolve(engine.info, type="gpu")
+def presented_as(engine: triodnn.Engine, device_type: str) -> triodnn.Engine:
+    """``engine`` presented as a ``device_type`` device to the executing-engine rule (its device
+    and kernel configuration are not changed)."""
+    engine.info = attrs.evolve(engine.info, type=device_type)
     return engine
+
+
+def destination_executes(src_engine: triodnn.Engine, dst_engine: triodnn.Engine) -> None:
+    """A GPU destination with a non-GPU source: the rule picks the destination. Both sides are
+    set, so the case holds with TRIODNN_ENGINE=gpu:0 too, where both engines are GPUs."""
+    presented_as(src_engine, "cpu")
+    presented_as(dst_engine, "gpu")
 
 
 @pytest.fixture
@@ -103,7 +111,7 @@ async def test_f32_to_bf16_across_contexts(pair, direction, rng, gate):
     src_engine, dst_engine = (a, b) if direction == "a->b" else (b, a)
     x = values(rng)
     prim, got = await gated_reorder(src_engine, dst_engine, F32, BF16, x, gate)
-    assert prim.engine is src_engine  # two CPU engines: the source executes
+    assert prim.engine is src_engine  # two engines of one kind: the source executes
     assert prim.impl == "ocl:cross_engine:convert:" + prim.spec.impl.split(":")[-1]
     assert_exact(got, reorder.reference(x, "f32", "bf16"))
 
@@ -125,7 +133,7 @@ async def test_padded_destination_keeps_its_gaps(pair, executes, rng):
     """Only the elements change, as in a reorder within one engine: the gaps keep their bytes."""
     a, b = pair
     if executes == "destination":
-        as_gpu(b)
+        destination_executes(a, b)
     prim = await a.create_reorder(F32, MemoryDesc(SHAPE, "s8", (1, 24, 3)), dst_engine=b)
     assert prim.engine is (a if executes == "source" else b)
     x = np.clip(values(rng), -300, 300)
@@ -153,7 +161,7 @@ async def test_destination_side_execution(pair, direction, rng, gate):
     temporary and converts it into dst."""
     a, b = pair
     src_engine, dst_engine = (a, b) if direction == "a->b" else (b, a)
-    as_gpu(dst_engine)
+    destination_executes(src_engine, dst_engine)
     x = values(rng)
     prim, got = await gated_reorder(src_engine, dst_engine, PADDED, BF16, x, gate)
     assert prim.engine is dst_engine
@@ -166,7 +174,7 @@ async def test_destination_side_execution(pair, direction, rng, gate):
 async def test_failed_dependency_fails_the_reorder(pair, executes, rng):
     a, b = pair
     if executes == "destination":
-        as_gpu(b)
+        destination_executes(a, b)
     prim = await a.create_reorder(F32, BF16, dst_engine=b)
     stream = await prim.engine.stream()
     src, dst = await a.from_numpy(values(rng)), b.memory(BF16)
