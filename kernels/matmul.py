@@ -22,7 +22,6 @@ import math
 import numpy as np
 
 from .._values._matmul_desc import MatmulDesc
-from .._values._matmul_desc import broadcast_batch as broadcast_batch  # its old home's name
 from . import _dtype_io, _post_ops, matmul_gpu
 from ._post_ops import generate_scaled
 from ._registry import register

@@ -46,11 +46,11 @@ import math
 
 import numpy as np
 
+from .._values._algorithms import broadcast_dims as broadcast_batch
 from .._values._sdpa_desc import CAUSAL as CAUSAL
 from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
 from .._values._sdpa_desc import SdpaDesc
-from .._values._sdpa_desc import broadcast_batch as broadcast_batch
 from . import _dtype_io
 from ._registry import register
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code

@@ -6,9 +6,9 @@ import attrs
 
 from . import _post_ops
 from ._algorithms import BINARY_ALGORITHMS, TERNARY, broadcast_dims
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import ArgumentMismatchError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, algorithm, check_memory_desc, memory_desc, op_kind
 
 
 @op_kind
@@ -25,7 +25,7 @@ class BinaryDesc(OpDesc):
     defaults to src0's data type.
     """
 
-    alg: str = attrs.field()
+    alg: str = attrs.field(validator=algorithm("a binary", BINARY_ALGORITHMS))
     src0: MemoryDesc = attrs.field(validator=memory_desc("src0"))
     src1: MemoryDesc = attrs.field(validator=memory_desc("src1"))
     dst: MemoryDesc = attrs.field(default=None)
@@ -34,13 +34,6 @@ class BinaryDesc(OpDesc):
 
     kind = "binary"
     ARGS = (Arg("src0"), Arg("src1"), Arg("src2", optional=True), Arg("dst", output=True))
-
-    @alg.validator
-    def _check_alg(self, attribute, value) -> None:
-        if value not in BINARY_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"alg {value!r} is not a binary algorithm; known: {', '.join(BINARY_ALGORITHMS)}"
-            )
 
     def __attrs_post_init__(self) -> None:
         sources = {"src0": self.src0, "src1": self.src1}

@@ -8,10 +8,10 @@ import attrs
 
 from . import _post_ops
 from ._algorithms import ELTWISE_ALGORITHMS, NONZERO_ALPHA, eltwise_parameters
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._numbers import finite_float, float_key
-from ._op_desc import OMITTED, Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import OMITTED, Arg, OpDesc, algorithm, memory_desc, op_kind
 
 
 def parameter(name: str):
@@ -44,7 +44,7 @@ class EltwiseDesc(OpDesc):
     number, so an explicit default and an omitted one are the same primitive.
     """
 
-    alg: str = attrs.field()
+    alg: str = attrs.field(validator=algorithm("an eltwise", ELTWISE_ALGORITHMS))
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     alpha: float = parameter_field("alpha")
@@ -54,13 +54,6 @@ class EltwiseDesc(OpDesc):
     kind = "eltwise"
     ARGS = (Arg("src"), Arg("dst", output=True))
 
-    @alg.validator
-    def _check_alg(self, attribute, value) -> None:
-        if value not in ELTWISE_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"alg {value!r} is not an eltwise algorithm; known: {', '.join(ELTWISE_ALGORITHMS)}"
-            )
-
     def __attrs_post_init__(self) -> None:
         alpha, beta = eltwise_parameters(
             self.alg,
@@ -69,13 +62,7 @@ class EltwiseDesc(OpDesc):
         )
         self._set("alpha", alpha)
         self._set("beta", beta)
-        if self.dst is None:
-            self._set("dst", self.src)
-        check_memory_desc("dst", self.dst)
-        if self.dst.dims != self.src.dims:
-            raise ArgumentMismatchError(
-                f"dst dims {self.dst.dims} differ from src dims {self.src.dims}"
-            )
+        self._dst_like_src(self.src, self.dst)
         if self.alg == "clip" and self.alpha > self.beta:
             raise InvalidArgumentError(f"clip needs alpha <= beta, got alpha={self.alpha} beta={self.beta}")
         if self.alg in NONZERO_ALPHA and self.alpha == 0.0:

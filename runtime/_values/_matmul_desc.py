@@ -6,18 +6,10 @@ import attrs
 import numpy as np
 
 from . import _post_ops
+from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
-
-
-def broadcast_batch(*batches: tuple[int, ...]) -> tuple[int, ...]:
-    """The batch dims of dst: numpy broadcasting of the operands' batch dims; ValueError when
-    they do not broadcast."""
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*batches))
-    except ValueError:
-        raise ValueError(f"batch dims {', '.join(map(str, batches))} do not broadcast") from None
 
 
 @op_kind
@@ -60,7 +52,7 @@ class MatmulDesc(OpDesc):
                 f"src dims {self.src.dims} have K={k} but weights dims {self.weights.dims} have K={k2}"
             )
         try:
-            batch = broadcast_batch(self.src.dims[:-2], self.weights.dims[:-2])
+            batch = broadcast_dims(self.src.dims[:-2], self.weights.dims[:-2])
         except ValueError:
             raise ArgumentMismatchError(
                 f"batch dims of src {self.src.dims[:-2]} and weights {self.weights.dims[:-2]} do not broadcast"

@@ -107,11 +107,7 @@ class _Normalization(OpDesc):
         if self.src.ndims < 2:
             raise InvalidArgumentError(f"src dims {self.src.dims} must {self.SRC_SHAPE} 2 or more dimensions")
         extent = self._extent()
-        if self.dst is None:
-            self._set("dst", self.src)
-        check_memory_desc("dst", self.dst)
-        if self.dst.dims != self.src.dims:
-            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src dims {self.src.dims}")
+        self._dst_like_src(self.src, self.dst)
         self._set("post_ops", _post_ops.check(self.post_ops, self.dst.dims))
         for name in self.PER_ELEMENT:
             md = getattr(self, name)

@@ -24,7 +24,7 @@ import attrs
 
 from . import _post_ops
 from ._dtypes import DATA_TYPES
-from ._errors import InvalidArgumentError, UnsupportedError
+from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
 
 # Every storage type a kernel can load and store ("f32 math, any storage").
@@ -61,6 +61,17 @@ def memory_desc(name: str):
 
     def validate(instance, attribute, value) -> None:
         check_memory_desc(name, value)
+
+    return validate
+
+
+def algorithm(what: str, known: tuple[str, ...]):
+    """An attrs validator for an ``alg`` field: ``InvalidArgumentError`` naming the value and the
+    known algorithms unless it is one of ``known``; ``what`` reads "an eltwise", "a pooling"."""
+
+    def validate(instance, attribute, value) -> None:
+        if value not in known:
+            raise InvalidArgumentError(f"alg {value!r} is not {what} algorithm; known: {', '.join(known)}")
 
     return validate
 
@@ -105,6 +116,17 @@ class OpDesc:
         """Set a field of this frozen value while it is being built (``__attrs_post_init__``):
         defaults that depend on other fields (dst from src) and normalised forms."""
         object.__setattr__(self, name, value)
+
+    def _dst_like_src(self, src: MemoryDesc, dst: MemoryDesc | None) -> None:
+        """``dst`` defaults to ``src`` (its dims, layout and data type) and must have src's dims:
+        the rule of the kinds that map each element to one of the same place (eltwise, softmax,
+        the normalizations)."""
+        if dst is None:
+            self._set("dst", src)
+            dst = src
+        check_memory_desc("dst", dst)
+        if dst.dims != src.dims:
+            raise ArgumentMismatchError(f"dst dims {dst.dims} differ from src dims {src.dims}")
 
     def _arg_items(self, output: bool):
         for arg in self.ARGS:

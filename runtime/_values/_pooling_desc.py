@@ -9,7 +9,7 @@ import attrs
 
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, algorithm, check_memory_desc, memory_desc, op_kind
 
 # By oneDNN name: pooling_max, pooling_avg_include_padding, pooling_avg_exclude_padding.
 POOLING_ALGORITHMS: tuple[str, ...] = ("max", "avg_include_padding", "avg_exclude_padding")
@@ -83,7 +83,7 @@ class PoolingDesc(OpDesc):
     ``src`` and ``dst`` may each have any data type (f32 math); dst defaults to src's.
     """
 
-    alg: str = attrs.field()
+    alg: str = attrs.field(validator=algorithm("a pooling", POOLING_ALGORITHMS))
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     kernel: tuple[int, ...] = attrs.field(converter=_kernel, kw_only=True)
@@ -94,13 +94,6 @@ class PoolingDesc(OpDesc):
 
     kind = "pooling"
     ARGS = (Arg("src"), Arg("dst", output=True))
-
-    @alg.validator
-    def _check_alg(self, attribute, value) -> None:
-        if value not in POOLING_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"alg {value!r} is not a pooling algorithm; known: {', '.join(POOLING_ALGORITHMS)}"
-            )
 
     def __attrs_post_init__(self) -> None:
         src = self.src

@@ -20,8 +20,6 @@ binary operands as execution arguments (``post_op_{i}_src1``).
 
 from __future__ import annotations
 
-import math
-
 import attrs
 import numpy as np
 
@@ -51,15 +49,7 @@ def arg_names(chain: tuple) -> tuple[str, ...]:
 
 
 def _finite(where: str, name: str, value) -> float:
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{where}: {name} {value!r} is not a number")
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{where}: {name} {value!r} is not a number") from None
-    if not math.isfinite(result):
-        raise InvalidArgumentError(f"{where}: {name} {value!r} must be finite")
-    return result
+    return finite_float(f"{where}: {name}")(value)
 
 
 def _eltwise(where: str, op: tuple) -> tuple:
@@ -140,7 +130,7 @@ def eq_key(post_ops) -> tuple:
     if not isinstance(post_ops, tuple):
         return post_ops
     return tuple(
-        tuple((v, math.copysign(1.0, v) < 0) if isinstance(v, float) else v for v in op)
+        tuple(float_key(v) if isinstance(v, float) else v for v in op)
         if isinstance(op, tuple) else op
         for op in post_ops
     )

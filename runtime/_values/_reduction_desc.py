@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import ArgumentMismatchError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, algorithm, memory_desc, op_kind
 
 # By oneDNN name: sum, mean, max, min, mul (product), and norm_lp_sum with p=1 and p=2 (eps 0),
 # named here l1 (sum of |x|) and l2 (sqrt of the sum of squares).
@@ -41,19 +41,12 @@ class ReductionDesc(OpDesc):
     reduce is exactly what it says.
     """
 
-    alg: str = attrs.field()
+    alg: str = attrs.field(validator=algorithm("a reduction", REDUCTION_ALGORITHMS))
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(validator=memory_desc("dst"))
 
     kind = "reduction"
     ARGS = (Arg("src"), Arg("dst", output=True))
-
-    @alg.validator
-    def _check_alg(self, attribute, value) -> None:
-        if value not in REDUCTION_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"alg {value!r} is not a reduction algorithm; known: {', '.join(REDUCTION_ALGORITHMS)}"
-            )
 
     def __attrs_post_init__(self) -> None:
         try:

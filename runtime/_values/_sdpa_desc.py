@@ -4,8 +4,8 @@ vocabulary and batch broadcasting it validates against."""
 from __future__ import annotations
 
 import attrs
-import numpy as np
 
+from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
@@ -13,15 +13,6 @@ from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
 CAUSAL: tuple[str, ...] = ("top_left", "bottom_right")
 SCALE_MODES: tuple[str, ...] = ("multiply", "divide")
 FLOAT_DTYPES: tuple[str, ...] = ("f32", "bf16", "f16")
-
-
-def broadcast_batch(*batches: tuple[int, ...]) -> tuple[int, ...]:
-    """The batch dims of dst: numpy broadcasting of the arguments' batch dims; ValueError when
-    they do not broadcast."""
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*batches))
-    except ValueError:
-        raise ValueError(f"batch dims {', '.join(map(str, batches))} do not broadcast") from None
 
 
 def _optional_memory_desc(name: str):
@@ -108,7 +99,7 @@ class SdpaDesc(OpDesc):
                 )
             batches["mask"] = mask_dims[:-2]
         try:
-            batch = broadcast_batch(*batches.values())
+            batch = broadcast_dims(*batches.values())
         except ValueError:
             of = ", ".join(f"{name} {dims}" for name, dims in batches.items())
             raise ArgumentMismatchError(f"batch dims of {of} do not broadcast") from None

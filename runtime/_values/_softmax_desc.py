@@ -6,9 +6,8 @@ import attrs
 
 from . import _post_ops
 from ._axes import axis_index, to_axis
-from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, algorithm, memory_desc, op_kind
 
 SOFTMAX_ALGORITHMS: tuple[str, ...] = ("softmax", "logsoftmax")
 
@@ -32,7 +31,7 @@ class SoftmaxDesc(OpDesc):
     to dst and is the argument ``post_op_{i}_src1``.
     """
 
-    alg: str = attrs.field()
+    alg: str = attrs.field(validator=algorithm("a softmax", SOFTMAX_ALGORITHMS))
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     axis: int = attrs.field(default=-1, converter=axis_index)
@@ -42,19 +41,8 @@ class SoftmaxDesc(OpDesc):
     kind = "softmax"
     ARGS = (Arg("src"), Arg("dst", output=True))
 
-    @alg.validator
-    def _check_alg(self, attribute, value) -> None:
-        if value not in SOFTMAX_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"alg {value!r} is not a softmax algorithm; known: {', '.join(SOFTMAX_ALGORITHMS)}"
-            )
-
     def __attrs_post_init__(self) -> None:
         ndims = self.src.ndims
         self._set("axis", to_axis(self.axis, ndims, f"src of {ndims} dimensions {self.src.dims}"))
-        if self.dst is None:
-            self._set("dst", self.src)
-        check_memory_desc("dst", self.dst)
-        if self.dst.dims != self.src.dims:
-            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src dims {self.src.dims}")
+        self._dst_like_src(self.src, self.dst)
         self._set("post_ops", _post_ops.check(self.post_ops, self.dst.dims))
