@@ -38,7 +38,7 @@ import numpy as np
 
 from .._values._convolution_desc import ConvolutionDesc
 from .._values._convolution_desc import out_size as out_size
-from . import _dtype_io, _post_ops
+from . import _dtype_io, _post_ops, tolerance
 from ._post_ops import generate_scaled
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, padded_global
@@ -417,6 +417,7 @@ def desc_reference(desc: ConvolutionDesc, inputs: dict[str, np.ndarray]) -> np.n
     )
 
 
-# No tolerance: kernels/tolerance.py has no convolution threshold (exact on small integers;
-# tests bound random data by 1e-6 * IC * kernel taps).
-register(ConvolutionDesc, generate=generate, reference=desc_reference)
+register(
+    ConvolutionDesc, generate=generate, reference=desc_reference,
+    tolerance=lambda desc: tolerance.convolution(math.prod(desc.weights.dims[1:])),
+)

@@ -62,5 +62,5 @@ def desc_reference(desc: GenIndexDesc, inputs: dict[str, np.ndarray]) -> np.ndar
     return reference(desc.dst.dims, desc.axis, desc.dst.dtype)
 
 
-# No tolerance: kernels/tolerance.py has no gen_index threshold (the kernel is exact).
-register(GenIndexDesc, generate=generate, reference=desc_reference)
+# Each element is its coordinate, exactly.
+register(GenIndexDesc, generate=generate, reference=desc_reference, tolerance=lambda desc: 0.0)

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .._values._matmul_desc import MatmulDesc
-from . import _dtype_io, _post_ops, matmul_gpu
+from . import _dtype_io, _post_ops, matmul_gpu, tolerance
 from ._post_ops import generate_scaled
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
@@ -469,6 +469,7 @@ def desc_reference(desc: MatmulDesc, inputs: dict[str, np.ndarray]) -> np.ndarra
     return _dtype_io.store_reference(y, desc.dst.dtype)
 
 
-# No tolerance: kernels/tolerance.py has no matmul threshold (exact on small integers; tests
-# bound random data by 1e-6 * K).
-register(MatmulDesc, generate=generate, reference=desc_reference)
+register(
+    MatmulDesc, generate=generate, reference=desc_reference,
+    tolerance=lambda desc: tolerance.matmul(desc.src.dims[-1]),
+)

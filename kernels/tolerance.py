@@ -116,3 +116,19 @@ def normalization(kind: str) -> float:
 def sum_(n_inputs: int) -> float:
     """eps * N, benchdnn's sum threshold for f32 (each input adds one rounding; see kernels/sum.py)."""
     return _F32_EPS * n_inputs
+
+
+# Matmul and convolution sum products in f32: the primitive tests hold random data to 1e-6 per
+# product summed into an element (K for matmul, C/groups times the kernel taps for convolution);
+# small integers are exact.
+ACCUMULATION = 1e-6
+
+
+def matmul(k: int) -> float:
+    """Threshold of a matmul over ``k`` products per element."""
+    return ACCUMULATION * k
+
+
+def convolution(taps: int) -> float:
+    """Threshold of a convolution summing ``taps`` products (C/groups x kernel size) per element."""
+    return ACCUMULATION * taps

@@ -1,0 +1,72 @@
+"""The op registry's references and tolerances: every registered kind, through the registry only.
+
+Each case is created and executed like any primitive and its dst compared with
+``kind_of(desc).reference(desc, inputs)`` under ``kind_of(desc).tolerance(desc)``, so a kind whose
+registered reference or threshold drifts from its kernel fails here, whatever its own test file
+checks. The cases must cover every kind of ``OP_KINDS``: a new kind gets a case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import triodnn
+from triodnn import MemoryDesc
+from triodnn._values import OP_KINDS
+from triodnn.kernels import kind_of, tolerance
+
+
+def md(*dims, dtype="f32", strides=None) -> MemoryDesc:
+    return MemoryDesc(tuple(dims), dtype, strides)
+
+
+CASES = {
+    "eltwise": triodnn.EltwiseDesc("gelu_erf", md(4, 33)),
+    "binary": triodnn.BinaryDesc("mul", md(4, 33), md(1, 33)),
+    "matmul": triodnn.MatmulDesc(md(2, 5, 24), md(24, 7), bias=md(1, 7), post_ops=(("eltwise", "relu"),)),
+    "softmax": triodnn.SoftmaxDesc("logsoftmax", md(6, 40), axis=1),
+    "reduction": triodnn.ReductionDesc("mean", md(6, 40), md(6, 1)),
+    "sum": triodnn.SumDesc([md(4, 33), md(4, 33), md(4, 33)], scales=[0.5, 2.0, -1.0]),
+    "concat": triodnn.ConcatDesc([md(2, 3, 4), md(2, 5, 4)], axis=1),
+    "reorder": triodnn.ReorderDesc(md(3, 5, 7), md(3, 5, 7, strides="acb")),
+    "convolution": triodnn.ConvolutionDesc(md(2, 4, 9, 9), md(6, 4, 3, 3), bias=md(6), padding_l=(1, 1)),
+    "pooling": triodnn.PoolingDesc("avg_exclude_padding", md(2, 3, 9, 9), kernel=(3, 3), strides=(2, 2),
+                                   padding_l=(1, 1)),
+    "layer_normalization": triodnn.LayerNormDesc(md(6, 40), scale=md(40), shift=md(40)),
+    "rms_normalization": triodnn.RMSNormDesc(md(6, 40), scale=md(40)),
+    "batch_normalization": triodnn.BatchNormInferenceDesc(md(2, 3, 5, 5), md(3), md(3), scale=md(3), shift=md(3)),
+    "group_normalization": triodnn.GroupNormDesc(md(2, 6, 5, 5), groups=3, scale=md(6), shift=md(6)),
+    "sdpa": triodnn.SdpaDesc(md(1, 2, 8, 16), md(1, 2, 12, 16), md(1, 2, 12, 16), causal="top_left"),
+    "gen_index": triodnn.GenIndexDesc(md(3, 4, dtype="s32"), axis=1),
+}
+
+
+def test_every_kind_has_a_case_a_reference_and_a_tolerance():
+    assert set(CASES) == set(OP_KINDS)
+    for kind, desc in CASES.items():
+        assert type(desc) is OP_KINDS[kind]
+        registered = kind_of(desc)
+        assert registered.reference is not None and registered.tolerance is not None, kind
+
+
+def _input(rng: np.random.Generator, name: str, desc: MemoryDesc) -> np.ndarray:
+    if name == "variance":
+        return rng.uniform(0.5, 2.0, desc.dims).astype(np.float32)  # a variance is positive
+    return rng.uniform(-2.0, 2.0, desc.dims).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+async def test_registered_reference_matches_the_kernel(engine, rng, kind):
+    desc = CASES[kind]
+    registered = kind_of(desc)
+    primitive = await engine.create_primitive(desc)
+    outputs = {arg.name for arg in desc.ARGS if arg.output}
+    inputs = {name: _input(rng, name, md) for name, md in desc.arg_descs.items() if name not in outputs}
+    args = {name: await engine.from_numpy(array, desc.arg_descs[name]) for name, array in inputs.items()}
+    args["dst"] = engine.memory(desc.dst)
+    stream = await engine.stream()
+    await stream.execute(primitive, args)
+    got = await args["dst"].to_numpy()
+    want = registered.reference(desc, inputs)
+    tolerance.check(got, want, registered.tolerance(desc))
