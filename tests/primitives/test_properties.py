@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triodnn import BinaryDesc, EltwiseDesc, MatmulDesc, MemoryDesc, ReductionDesc, ReorderDesc, SoftmaxDesc
+from triodnn._values._algorithms import broadcast_dims
 from triodnn.kernels import binary, eltwise, matmul, reduction, reorder, softmax, tolerance
 
 
@@ -287,7 +288,7 @@ def matmul_cases(draw):
     batch = draw(st.integers(0, 2).flatmap(lambda nb: small_dims(nb, 3)))
     src_batch = draw(broadcast_source(batch)) if batch and draw(st.booleans()) else batch
     wei_batch = draw(broadcast_source(batch)) if batch and draw(st.booleans()) else batch
-    out = matmul.broadcast_batch(src_batch, wei_batch) + (m, n)
+    out = broadcast_dims(src_batch, wei_batch) + (m, n)
     bias = draw(st.sampled_from([None, (n,), (m, 1), (1, n), out]))
     return {
         # Strides of a random permutation: swapping the last two is the transposed matrix.
