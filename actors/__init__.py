@@ -6,13 +6,14 @@ and completions come back through event callbacks and the completion actor.
 """
 
 from ._allocator import DeviceAllocator
-from ._commands import Barrier, Command, KernelLaunch, Marker, ReadBuffer, WriteBuffer
+from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._completion import CompletionActor
 from ._device import DeviceActor
 from ._devices import DeviceRecord, describe_device, device_kind, float16_calls_split, list_devices
 from ._kernel_cache import KernelCache
-from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy
+from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy, may_overlap
+from ._plan import LaunchPlan, PlanStep
 from ._primitive_cache import (
     COMPILED_PARTITION_CAPACITY_ENV_VARS,
     CacheActor,
@@ -49,6 +50,10 @@ __all__ = [
     "DeviceRecord",
     "KernelCache",
     "KernelLaunch",
+    "KernelSequence",
+    "LaunchPlan",
+    "PlanStep",
+    "may_overlap",
     "Marker",
     "OutOfOrderStrategy",
     "ReadBuffer",

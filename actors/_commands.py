@@ -21,6 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from ._compiler import BuiltKernel
+from ._plan import LaunchPlan
 from ._submission import Submission
 
 
@@ -29,6 +30,11 @@ class Launchable(Protocol):
 
     @property
     def launch(self) -> BuiltKernel: ...
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the kernel may take a lane of its own on an out-of-order stream."""
+        ...
 
 
 @attrs.frozen(eq=False, init=False)
@@ -57,6 +63,23 @@ _set_submission = KernelLaunch.__dict__["submission"].__set__
 _set_deps = KernelLaunch.__dict__["deps"].__set__
 _set_primitive = KernelLaunch.__dict__["primitive"].__set__
 _set_buffers = KernelLaunch.__dict__["buffers"].__set__
+
+
+@attrs.frozen(eq=False)
+class KernelSequence:
+    """Run ``plan``'s kernels in order, step ``i`` on ``buffers[i]``: one command for all of them.
+
+    ``after[i]`` names the earlier steps step ``i`` waits for (on an out-of-order stream; an
+    in-order one runs them in order anyway); steps waiting for none wait for ``deps``. The
+    submission completes with the last step, or with every step no other step waits for.
+    """
+
+    op: ClassVar[str] = "sequence"
+    submission: Submission
+    deps: tuple
+    plan: LaunchPlan = attrs.field(repr=False)
+    buffers: tuple = attrs.field(repr=False)
+    after: tuple = attrs.field(repr=False)
 
 
 @attrs.frozen(eq=False)
@@ -99,4 +122,4 @@ class Barrier:
     deps: tuple
 
 
-Command = KernelLaunch | WriteBuffer | ReadBuffer | Marker | Barrier
+Command = KernelLaunch | KernelSequence | WriteBuffer | ReadBuffer | Marker | Barrier

@@ -1,12 +1,22 @@
 """The stream actor: owns the command queues of one stream and enqueues everything for it.
 
-Submissions arrive on a memory channel and are enqueued in arrival order, so a stream's commands
-reach OpenCL in program order. The actor drains whatever is waiting, then flushes once per batch.
+A command is enqueued *by the submitting call itself* when nothing can reorder it: the actor's
+channel is empty and no dependency is still waiting in another stream's actor. Only then is the
+channel needed: a command behind such a dependency, and every command after it, waits there,
+in order, for the actor's task. Measured on an H100 before this (bench_submit, one command
+submitted and awaited at a time): the hop through the channel to the actor task and back cost
+~20 µs per command on top of raw pyopencl's 22.
+
+Flushes are deferred to the end of the scheduler pass (the completion actor's instrument flushes
+every dirty stream before trio waits for I/O), or sooner every ``FLUSH_EVERY`` commands, so a
+burst of submissions costs one ``clFlush`` per queue, as the actor's batches did.
 
 Out-of-order streams come in two strategies (see ``_ooo_policy``): one native out-of-order queue,
-or a pool of in-order *lanes*. With lanes, a command that depends on the last command of a lane
-goes to that lane (the queue orders it for free); independent commands go round-robin; every
-other dependency becomes an event wait across lanes.
+or a pool of in-order *lanes*. With lanes, lane 0 takes every command by default, in order, like
+an in-order queue; a command that depends on the last command of a lane goes to that lane (the
+queue orders it for free); a kernel that ``may_overlap`` goes round-robin over all lanes; every
+other dependency becomes an event wait across lanes (after a flush of the lane it waits for, as
+OpenCL requires for events of another queue).
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import ClosedError, DependencyError, ExecutionError
-from ._commands import Barrier, Command, KernelLaunch, Marker, ReadBuffer, WriteBuffer
+from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._completion import CompletionActor, QueueWaiter
 from ._submission import Submission
 
@@ -74,6 +84,7 @@ class StreamActor:
         queue: cl.CommandQueue | None = None,
         completion: CompletionActor,
         instruments: EnqueueHooks | None = None,
+        spread: bool = False,
     ) -> None:
         self.context = context
         self.device = device
@@ -101,6 +112,7 @@ class StreamActor:
             for i, q in enumerate(self.queues)
         ]
         self._lanes = len(self.queues) > 1
+        self._spread = spread  # lanes: every independent kernel in turn (``lanes:N:spread``)
         self._tails: list[cl.Event | None] = [None] * len(self.queues)
         self._lane_of_tail: dict[int, int] = {}
         self._next_lane = 0
@@ -111,17 +123,34 @@ class StreamActor:
         # the GIL held; the actor keeps them until they complete.
         self._inflight_copies: collections.deque[cl.Event] = collections.deque()
         self._send, self._recv = trio.open_memory_channel(math.inf)
+        self._backlog = 0  # commands in the channel, not enqueued yet: later ones queue behind them
+        self._unflushed = 0
         self.closed = False
         self.submitted = 0
+        self.direct = 0  # commands enqueued by the submitting call (statistics)
 
     # -- requester side ---------------------------------------------------------------------
 
+    FLUSH_EVERY = 16  # commands enqueued between flushes within one scheduler pass
+
     def submit(self, command: Command) -> None:
-        """Queue ``command`` (a record of ``_commands``); never blocks."""
+        """Enqueue ``command`` (a record of ``_commands``) now, or queue it for the actor task
+        when an earlier command or a dependency is still waiting; never blocks."""
+        if self.closed:
+            raise ClosedError("the stream is closed (its runtime has shut down)")
+        if not self._backlog:
+            for dep in command.deps:
+                if type(dep) is Submission and dep.pending_submit:
+                    break
+            else:
+                self.direct += 1
+                self._dispatch(command)
+                return
         try:
             self._send.send_nowait(command)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ClosedError("the stream is closed (its runtime has shut down)") from None
+        self._backlog += 1
 
     def close(self) -> None:
         """No further submissions; the actor drains what it has, finishes its queues and exits."""
@@ -140,6 +169,7 @@ class StreamActor:
                     for dep in command.deps:
                         if isinstance(dep, Submission) and dep.pending_submit:
                             await dep.wait_submitted()
+                    self._backlog -= 1
                     self._dispatch(command)
                     try:
                         command = self._recv.receive_nowait()
@@ -170,25 +200,87 @@ class StreamActor:
         submission = command.submission
         try:
             wait_for = self._wait_list(command.deps) if command.deps else []
-            lane = self._choose_lane(wait_for) if self._lanes else 0
-            cl_event = self._enqueue(command, self.queues[lane], wait_for)
+            if type(command) is KernelSequence:
+                lane, cl_event = self._enqueue_sequence(command, wait_for)
+            else:
+                lane = self._choose_lane(wait_for, type(command) is KernelLaunch and command.primitive.overlaps) \
+                    if self._lanes else 0
+                cl_event = self._enqueue(command, self.queues[lane], wait_for)
+                self._placed(lane, cl_event)
         except DependencyError as exc:
             submission.set_failed(exc)
             return
         except (cl.Error, ValueError, TypeError) as exc:
             submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
             return
+        self.submitted += 1
+        submission.set_submitted(cl_event, lane, self.submitted)
+        if self._instruments.enqueue_hooks:  # a trace maps device clocks by this moment
+            self._instruments.command_enqueued(command)
+
+    def _placed(self, lane: int, cl_event: cl.Event) -> None:
+        """``cl_event`` is the newest command of ``lane``: remember it, flush in good time."""
         if self._lanes:
             previous = self._tails[lane]
             if previous is not None:
                 del self._lane_of_tail[previous.int_ptr]
             self._lane_of_tail[cl_event.int_ptr] = lane
         self._tails[lane] = cl_event
+        if not self._dirty:
+            self.completion.flush_soon(self)
         self._dirty.add(lane)
-        self.submitted += 1
-        submission.set_submitted(cl_event, lane, self.submitted)
-        if self._instruments.enqueue_hooks:  # a trace maps device clocks by this moment
-            self._instruments.command_enqueued(command)
+        self._unflushed += 1
+        if self._unflushed >= self.FLUSH_EVERY:
+            self._flush()
+
+    def _enqueue_sequence(self, command: KernelSequence, wait_for: list[cl.Event]) -> tuple[int, cl.Event]:
+        """Enqueue every step of ``command``; (lane, event) of its completion."""
+        plan, buffers, bound = command.plan, command.buffers, command.plan.bound
+        enqueue = cl.enqueue_nd_range_kernel
+        if not self._lanes and self.mode == "in_order":
+            queue, wait = self.queues[0], wait_for or None
+            cl_event = None
+            for i, step in enumerate(plan.steps):
+                args = buffers[i]
+                if bound[i] is not args:
+                    step.kernel.set_args(*args)
+                    bound[i] = args
+                cl_event = enqueue(queue, step.kernel, step.global_size, step.local_size, wait_for=wait)
+                wait = None
+            assert cl_event is not None, "a plan has steps"
+            self._placed(0, cl_event)
+            return 0, cl_event
+        # Out of order: each step waits for the steps it reads from or overwrites.
+        events: list[cl.Event] = []
+        lanes: list[int] = []
+        waited: set[int] = set()
+        for i, step in enumerate(plan.steps):
+            after = command.after[i]
+            if after:
+                step_wait = [events[j] for j in after]
+                waited.update(after)
+            else:
+                step_wait = list(wait_for)
+            lane = self._choose_lane(step_wait, step.overlaps) if self._lanes else 0
+            if after and self._lanes:  # a lane orders its own commands: wait only across lanes
+                same = {id(events[j]) for j in after if lanes[j] == lane}
+                step_wait = [e for e in step_wait if id(e) not in same]
+            args = buffers[i]
+            if bound[i] is not args:
+                step.kernel.set_args(*args)
+                bound[i] = args
+            cl_event = enqueue(self.queues[lane], step.kernel, step.global_size, step.local_size,
+                               wait_for=step_wait or None)
+            self._placed(lane, cl_event)
+            events.append(cl_event)
+            lanes.append(lane)
+        sinks = [k for k in range(len(events)) if k not in waited]
+        if len(sinks) == 1:
+            return lanes[sinks[0]], events[sinks[0]]
+        self._flush_lanes({lanes[k] for k in sinks} - {0})
+        cl_event = cl.enqueue_marker(self.queues[0], wait_for=[events[k] for k in sinks])
+        self._placed(0, cl_event)
+        return 0, cl_event
 
     def _wait_list(self, deps) -> list[cl.Event]:
         wait_for: list[cl.Event] = []
@@ -201,6 +293,8 @@ class StreamActor:
                 cl_event = dep.native
                 assert cl_event is not None, "serve awaits a dependency's enqueue before dispatching"
                 same_context = dep.actor is not None and dep.actor.context is self.context
+                if dep.actor is not self and dep.actor is not None:
+                    dep.actor.flush()  # an event of another queue counts only once flushed
             else:
                 cl_event = dep
                 same_context = cl_event.context.int_ptr == self._context_ptr
@@ -228,17 +322,26 @@ class StreamActor:
         threading.Thread(target=relay, name="triodnn-foreign-dependency", daemon=True).start()
         return user_event
 
-    def _choose_lane(self, wait_for: list[cl.Event]) -> int:
+    def _choose_lane(self, wait_for: list[cl.Event], overlaps: bool) -> int:
+        """The lane of a command waiting for ``wait_for`` (to which the fence of a barrier is
+        added where the lane has not waited for it yet): the lane whose last command it waits
+        for, else a lane in turn for a kernel that may overlap, else lane 0. Lanes holding the
+        events it waits for are flushed (OpenCL requires it for events of another queue)."""
         for cl_event in wait_for:
             lane = self._lane_of_tail.get(cl_event.int_ptr)
             if lane is not None:
                 break
         else:
-            lane = self._next_lane
-            self._next_lane = (lane + 1) % len(self.queues)
+            if overlaps or self._spread:
+                lane = self._next_lane
+                self._next_lane = (lane + 1) % len(self.queues)
+            else:
+                lane = 0
         if not self._fenced[lane]:
             wait_for.extend(self._fence)
             self._fenced[lane] = True
+        if wait_for and self._dirty - {lane}:
+            self._flush_lanes(self._dirty - {lane})
         return lane
 
     def _enqueue(self, command: Command, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
@@ -264,6 +367,7 @@ class StreamActor:
     def _enqueue_sync_point(self, barrier: bool, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
         if self.mode == "lanes":
             others = [t for t in self._tails if t is not None and t.command_queue != queue]
+            self._flush_lanes(self._dirty - {self.queues.index(queue)})
             cl_event = cl.enqueue_marker(queue, wait_for=(wait_for + others) or None)
             if barrier:
                 self._fence = [cl_event]
@@ -284,3 +388,15 @@ class StreamActor:
         for lane in self._dirty:
             self.queues[lane].flush()
         self._dirty.clear()
+        self._unflushed = 0
+
+    def flush(self) -> None:
+        """Flush every queue holding commands not flushed yet (the completion actor calls this
+        at the end of the scheduler pass in which they were enqueued)."""
+        if self._dirty:
+            self._flush()
+
+    def _flush_lanes(self, lanes) -> None:
+        for lane in lanes:
+            self.queues[lane].flush()
+            self._dirty.discard(lane)

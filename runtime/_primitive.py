@@ -21,7 +21,7 @@ from ._values._keys import PrimitiveImpl
 from ._values._memory_desc import MemoryDesc
 from ._values._op_desc import OpDesc
 from ._version import __version__
-from .actors import BuiltKernel
+from .actors import BuiltKernel, may_overlap
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -43,6 +43,21 @@ class Primitive:
     # kept: ``desc.arg_descs`` builds a dict per call (1.4 µs measured), which the execute path
     # paid per call before, and which a cache hit in create_primitive (~17 µs) need not pay.
     _expected: tuple[tuple[str, MemoryDesc], ...] | None = attrs.field(default=None, init=False, repr=False)
+    _overlaps: bool | None = attrs.field(default=None, init=False, repr=False)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the kernel may take a lane of its own on an out-of-order stream: it leaves
+        compute units idle and runs long (``triodnn.actors._ooo_policy.may_overlap``). Worked
+        out at the first use and kept."""
+        overlaps = self._overlaps
+        if overlaps is None:
+            spec = self.launch.spec
+            touched = sum(desc.nbytes for desc in self.desc.arg_descs.values())
+            overlaps = self._overlaps = may_overlap(
+                spec.global_size, spec.local_size, touched, self.engine.info.max_compute_units
+            )
+        return overlaps
 
     def _expected_args(self) -> tuple[tuple[str, MemoryDesc], ...]:
         descs = self.desc.arg_descs

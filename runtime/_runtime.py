@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import math
 import os
+import weakref
 from collections.abc import AsyncIterator
 
 import pyopencl as cl
@@ -97,6 +98,8 @@ class Runtime:
         self._partition_caches: list[tuple[CacheActor, trio.Event]] = []
         self._streams: list[tuple[StreamActor, trio.Event]] = []
         self._engines: list[tuple[DeviceActor, trio.Event]] = []
+        # Holders of kept scratch buffers (``graph._replay.Replay``), released at shutdown.
+        self._scratch_owners: weakref.WeakSet = weakref.WeakSet()
         self.closed = False
 
     async def engine(self, kind: str | None = None, index: int | None = None) -> Engine:
@@ -132,6 +135,7 @@ class Runtime:
             platform=info.platform,
             queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
+            compute_units=info.max_compute_units,
         )
         actor = DeviceActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
         await self._start(actor, self._engines)
@@ -155,7 +159,7 @@ class Runtime:
         actor = StreamActor(
             engine.cl_context, engine.cl_device, out_of_order=out_of_order,
             profiling=StreamFlags.profiling in flags, lanes=lanes, queue=queue,
-            completion=self._completion, instruments=INSTRUMENTS,
+            completion=self._completion, instruments=INSTRUMENTS, spread=strategy.spread,
         )
         await self._start(actor, self._streams)
         return Stream(
@@ -188,6 +192,11 @@ class Runtime:
                 actor.close()
             for _, exited in registry:
                 await exited.wait()
+            if registry is self._streams:
+                # Scratch buffers compiled partitions keep between runs: every queue is finished,
+                # and the engines (a user allocator's free) are still open.
+                for owner in list(self._scratch_owners):
+                    owner.release_scratch()
         global_compiled_partition_cache().discard_if(
             lambda key, compiled: getattr(getattr(compiled, "engine", None), "_runtime", None) is self
         )

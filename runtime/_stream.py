@@ -111,10 +111,11 @@ class Stream:
         return Submission(self._actor, label)
 
     def _hand_over(self, command: Command, started: int = 0) -> Event:
-        """Give ``command`` to the stream actor, tell the instruments; its Event."""
-        self._actor.submit(command)
+        """Tell the instruments, give ``command`` to the stream actor (which may enqueue it at
+        once, so the instruments hear of the submission first); its Event."""
         if INSTRUMENTS.submit_hooks:  # all that instruments cost here while none watches commands
             INSTRUMENTS.command_submitted(self, command, started)
+        self._actor.submit(command)
         event = Event(command.submission)
         if self._watchers:
             self._nursery.start_soon(INSTRUMENTS.watch_completion, self._watchers, self, command, event)
@@ -142,9 +143,9 @@ class Stream:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
         submission = Submission(actor, primitive.label)
         command = KernelLaunch(submission, deps, primitive, buffers)
-        actor.submit(command)
         if INSTRUMENTS.submit_hooks:
             INSTRUMENTS.command_submitted(self, command, started)
+        actor.submit(command)
         event = Event(submission)
         if self._watchers:
             self._nursery.start_soon(INSTRUMENTS.watch_completion, self._watchers, self, command, event)
@@ -250,12 +251,18 @@ class Stream:
 
     def statistics(self) -> StreamStatistics:
         return StreamStatistics(
-            strategy=self.strategy, queues=len(self._actor.queues), submitted=self._actor.submitted
+            strategy=self.strategy, queues=len(self._actor.queues), submitted=self._actor.submitted,
+            enqueued_directly=self._actor.direct,
         )
 
 
 @attrs.frozen
 class StreamStatistics:
+    """``submitted``: commands enqueued (a compiled partition's run counts once);
+    ``enqueued_directly``: those the submitting call enqueued itself, without waiting for the
+    stream actor's task (all but those behind a dependency still waiting in another stream)."""
+
     strategy: str
     queues: int
     submitted: int
+    enqueued_directly: int = 0

@@ -9,8 +9,9 @@ import trio
 
 from .._engine import Engine
 from .._event import Event
+from .._instruments import INSTRUMENTS
 from .._memory import Memory
-from .._stream import Stream, StreamFlags
+from .._stream import Stream, StreamFlags, check_deps
 from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
@@ -22,6 +23,7 @@ from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
+from ._replay import Replay
 from ._sdpa_pattern import find_sdpa
 from ._tensor import Tensor
 
@@ -56,7 +58,9 @@ class CompiledPartition:
 
     ``execute(stream, inputs, outputs, deps=...)`` submits its primitives and returns at once
     with an ``Event``; on an out-of-order stream each primitive waits only for the ones that
-    produce its inputs. Temporaries are allocated per execution, so executions may overlap.
+    produce its inputs. The primitives go as one recorded command (``_replay``) unless an
+    instrument watches the stream. Scratch buffers are kept between executions and a set is
+    reused only once its last execution cannot interfere, so executions may overlap.
     """
 
     partition: Partition
@@ -66,6 +70,7 @@ class CompiledPartition:
     _plan: Plan = attrs.field(repr=False)
     _primitives: list = attrs.field(repr=False)
     _memory: MemoryPlan = attrs.field(default=None, repr=False)
+    _replay: Replay | None = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self._memory is None:
@@ -177,6 +182,16 @@ class CompiledPartition:
             )
         ins = self._bind(inputs, self.inputs, "inputs")
         outs = self._bind(outputs, self.outputs, "outputs")
+        deps = check_deps(deps) if deps else ()
+        if not self._primitives:
+            return stream.marker(deps=deps)
+        if not (INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or stream._watchers):
+            replay = self._replay
+            if replay is None:
+                replay = self._replay = Replay(self.engine, self._plan, self._memory, self._primitives,
+                                               f"partition {self.partition.id}")
+            return replay.run(stream, ins, outs, deps)
+        # Instruments watch: submit kernel by kernel, so that each shows as a command of its own.
         temps = _allocate_temporaries(self.engine, self._memory.buffer_bytes)
         memories: list[Memory] = []
         for i, slot in enumerate(self._plan.slots):

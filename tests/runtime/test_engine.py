@@ -128,15 +128,15 @@ NVIDIA = dict(vendor="NVIDIA Corporation", platform="NVIDIA CUDA", queue_propert
 @pytest.mark.parametrize(
     "facts, kind, lanes",
     [
-        (POCL, "native", 1),
-        (dict(POCL, vendor="AuthenticAMD"), "native", 1),
-        (dict(vendor="Intel(R) Corporation", platform="Intel(R) OpenCL Graphics", queue_properties=3),
-         "native", 1),
+        (POCL, "lanes", 2),
+        (dict(POCL, vendor="AuthenticAMD", compute_units=16), "lanes", 8),
+        (dict(vendor="Intel(R) Corporation", platform="Intel(R) OpenCL Graphics", queue_properties=3,
+              compute_units=4), "lanes", 4),
         (NVIDIA, "lanes", 8),
         (dict(vendor="nvidia", platform="some ICD", queue_properties=3), "lanes", 8),
         (dict(vendor="Acme", platform="NVIDIA CUDA", queue_properties=3), "lanes", 8),
-        (dict(POCL, queue_properties=2), "lanes", 8),  # profiling only, no out-of-order
-        (dict(POCL, queue_properties=0), "lanes", 8),
+        (dict(POCL, queue_properties=2, compute_units=1), "lanes", 2),  # profiling only, no out-of-order
+        (dict(POCL, queue_properties=0, compute_units=64), "lanes", 8),
     ],
     ids=["pocl", "amd-cpu", "intel-gpu", "nvidia", "nvidia-lowercase", "nvidia-platform",
          "no-ooo-profiling", "no-ooo"],
@@ -160,12 +160,19 @@ def test_strategy_override_wins(facts, override, kind, lanes):
     assert strategy.reason == "TRIODNN_OOO_STRATEGY"
 
 
+def test_spread_override():
+    strategy = choose_out_of_order_strategy(**POCL, override="lanes:3:spread")
+    assert (strategy.kind, strategy.lanes, strategy.spread) == ("lanes", 3, True)
+    assert not choose_out_of_order_strategy(**POCL, override="lanes:3").spread
+
+
 def test_empty_override_means_no_override():
     assert choose_out_of_order_strategy(**NVIDIA, override="").kind == "lanes"
-    assert choose_out_of_order_strategy(**POCL, override=None).kind == "native"
+    assert choose_out_of_order_strategy(**POCL, override=None).kind == "lanes"
 
 
-@pytest.mark.parametrize("override", ["lanes:0", "lanes:-2", "lanes:x", "native:2", "fast", "LANES"])
+@pytest.mark.parametrize("override", ["lanes:0", "lanes:-2", "lanes:x", "native:2", "fast", "LANES",
+                                      "lanes:2:fast", "native:spread"])
 def test_invalid_override(override):
     with pytest.raises(ValueError, match=f"TRIODNN_OOO_STRATEGY={override!r}"):
         choose_out_of_order_strategy(**POCL, override=override)
@@ -175,21 +182,22 @@ async def test_engine_applies_the_rule_to_its_device(rt, no_env):
     engine = await rt.engine()
     info = engine.info
     expected = choose_out_of_order_strategy(
-        vendor=info.vendor, platform=info.platform, queue_properties=info.queue_properties
+        vendor=info.vendor, platform=info.platform, queue_properties=info.queue_properties,
+        compute_units=info.max_compute_units,
     )
     assert engine.out_of_order_strategy == expected
 
 
 @pytest.mark.cpu
-async def test_pocl_out_of_order_stream_is_native(rt, no_env):
+async def test_pocl_out_of_order_stream_has_a_lane_per_core(rt, no_env):
     engine = await rt.engine("cpu", 0)
     if "Portable Computing Language" not in engine.info.platform:
         pytest.skip("cpu:0 is not PoCL here")
     stream = await engine.stream(StreamFlags.out_of_order)
-    assert stream.strategy == "native"
-    (queue,) = stream.cl_queues
-    assert queue.properties & _OOO
-    assert stream.statistics().queues == 1
+    assert stream.strategy == "lanes"
+    lanes = max(2, min(8, engine.info.max_compute_units))
+    assert len(stream.cl_queues) == lanes == stream.statistics().queues
+    assert not any(queue.properties & _OOO for queue in stream.cl_queues)
 
     in_order = await engine.stream()
     assert in_order.strategy == "in_order"
