@@ -66,9 +66,14 @@ from ._values import (
 from ._version import __version__
 from .graph import (
     CompiledPartitionCacheStatistics,
+    ConstantTensorCacheStatistics,
+    clear_constant_tensor_cache,
     compiled_partition_cache_statistics,
+    constant_tensor_cache_statistics,
     get_compiled_partition_cache_capacity,
+    get_constant_tensor_cache_capacity,
     set_compiled_partition_cache_capacity,
+    set_constant_tensor_cache_capacity,
 )
 
 __all__ = [
@@ -89,6 +94,7 @@ __all__ = [
     "CacheBlobError",
     "ClosedError",
     "CompiledPartitionCacheStatistics",
+    "ConstantTensorCacheStatistics",
     "ConcatDesc",
     "ConvolutionDesc",
     "DependencyError",
@@ -127,15 +133,19 @@ __all__ = [
     "TriodnnError",
     "UnsupportedError",
     "available_engines",
+    "clear_constant_tensor_cache",
     "compiled_partition_cache_statistics",
+    "constant_tensor_cache_statistics",
     "current_runtime",
     "get_compiled_partition_cache_capacity",
+    "get_constant_tensor_cache_capacity",
     "get_primitive_cache_capacity",
     "ocl_interop",
     "trace",
     "open_runtime",
     "primitive_cache_statistics",
     "set_compiled_partition_cache_capacity",
+    "set_constant_tensor_cache_capacity",
     "set_primitive_cache_capacity",
     "start_blocking",
     "__version__",

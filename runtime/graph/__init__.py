@@ -10,8 +10,10 @@
 Logical tensors describe edges (shape, dtype, layout); ops connect them; partitions group the
 ops that compile together; compiled partitions run on a stream and return awaitable events.
 Compiled partitions are cached process-wide (``get/set_compiled_partition_cache_capacity``,
-``compiled_partition_cache_statistics``). Whole graphs run as DAGs on one stream through
-``compile_graph``'s ``GraphRunner``: ``await runner.run(stream, inputs)``, or many requests with
+``compiled_partition_cache_statistics``); inputs marked ``constant`` and given as arrays are
+uploaded once per engine (``get/set_constant_tensor_cache_capacity``,
+``constant_tensor_cache_statistics``, ``clear_constant_tensor_cache``). Whole graphs run as
+DAGs on one stream through ``compile_graph``'s ``GraphRunner``: ``await runner.run(stream, inputs)``, or many requests with
 ``async with runner.map(inputs, stream=stream) as results: async for outputs in results: ...``.
 """
 
@@ -22,6 +24,13 @@ from ._compiled_partition_cache import (
     compiled_partition_cache_statistics,
     get_compiled_partition_cache_capacity,
     set_compiled_partition_cache_capacity,
+)
+from ._constant_cache import (
+    ConstantTensorCacheStatistics,
+    clear_constant_tensor_cache,
+    constant_tensor_cache_statistics,
+    get_constant_tensor_cache_capacity,
+    set_constant_tensor_cache_capacity,
 )
 from ._execution import GraphRunner, GraphRunnerStatistics
 from ._graph import Graph
@@ -37,6 +46,7 @@ from ._tensor import Tensor
 __all__ = [
     "CompiledPartition",
     "CompiledPartitionCacheStatistics",
+    "ConstantTensorCacheStatistics",
     "Graph",
     "GraphRunner",
     "GraphRunnerStatistics",
@@ -50,13 +60,17 @@ __all__ = [
     "ROW_MAJOR",
     "Tensor",
     "UNKNOWN_DIM",
+    "clear_constant_tensor_cache",
     "compile_graph",
     "compiled_partition_cache_statistics",
+    "constant_tensor_cache_statistics",
     "dumps",
     "from_dict",
     "get_compiled_partition_cache_capacity",
+    "get_constant_tensor_cache_capacity",
     "load",
     "save",
     "set_compiled_partition_cache_capacity",
+    "set_constant_tensor_cache_capacity",
     "to_dict",
 ]

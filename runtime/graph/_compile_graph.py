@@ -45,7 +45,7 @@ async def _gather(functions) -> None:
 
 
 async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
-                        inputs=None) -> GraphRunner:
+                        inputs=None, constants=None) -> GraphRunner:
     """Partition ``graph`` with ``policy``, compile its supported partitions for ``engine`` and
     bind its unsupported ones to ``handlers``; returns a ``GraphRunner``.
 
@@ -54,6 +54,8 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
     ``MissingHandlerError`` naming its op kinds, before anything compiles. ``inputs``, logical
     tensors keyed by id like ``Partition.compile``'s, gives graph inputs new shapes or layouts;
     shapes are re-inferred downstream (handler outputs keep the shapes the graph declares).
+    ``constants``, ``{input id: array, Tensor or Memory}``, gives the runner those inputs once
+    (``GraphRunner.set_constants``): its runs may omit them.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgumentError(f"graph is {type(graph).__name__}, expected triodnn.graph.Graph")
@@ -126,9 +128,12 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
 
     await _gather([lambda p=p: prepare(p) for p in partitions])
     output_ids = [lt.id for lt in graph.output_tensors()]
-    return GraphRunner(
+    runner = GraphRunner(
         graph, engine, policy, tuple(partitions),
         tuple(known[lt.id] for lt in graph_inputs),
         tuple(known[i] for i in output_ids),
         steps=tuple(steps[p.id] for p in partitions),
     )
+    if constants is not None:
+        await runner.set_constants(constants)
+    return runner

@@ -14,6 +14,12 @@ intermediates) are released once the events of all their consumers have complete
 earlier (one releaser task per run polls and waits for them); outputs are read back as numpy arrays,
 or handed over as ``Tensor``s.
 
+Constants. An input whose logical tensor is ``constant`` and that comes as a numpy array goes
+through the constant tensor cache (``_constant_cache``): uploaded at its first run, reused by later
+runs while it is the same array. ``runner.set_constants({id: array_or_tensor})`` (or
+``compile_graph(..., constants=)``) gives the runner inputs once, for every later run and ``map``
+request that omits them, whatever their property type.
+
 ``compile_graph`` (``_compile_graph``) builds the runner from ``Step``s; ``runner.map``
 (``_pipeline``) pushes many requests through it, each one ``Execution`` of this module.
 """
@@ -37,6 +43,7 @@ from .._values._errors import (
     InvalidArgumentError,
 )
 from .._values._memory_desc import MemoryDesc
+from . import _constant_cache
 from ._compiled_partition import CompiledPartition
 from ._graph import Graph
 from ._handlers import Handler, check_results
@@ -51,8 +58,11 @@ __all__ = ["Execution", "GraphRunner", "GraphRunnerStatistics", "Step"]
 @attrs.frozen
 class GraphRunnerStatistics:
     """Counts over a runner's life: runs started and finished (``map`` requests included),
-    partitions submitted, handler calls, and the buffers it allocated and released (live is
-    the difference: outputs handed over as Tensors are the caller's and count as released)."""
+    partitions submitted, handler calls, the buffers it allocated and released for runs (live is
+    the difference: outputs handed over as Tensors are the caller's and count as released), and
+    the input arrays it wrote to the device (``uploads``: every array input of a run, a constant
+    only when the constant tensor cache missed or did not take it, and ``set_constants``'s).
+    Buffers of the constant tensor cache and of ``set_constants`` are not the runs'."""
 
     runs_started: int
     runs_finished: int
@@ -60,6 +70,7 @@ class GraphRunnerStatistics:
     handler_calls: int
     buffers_allocated: int
     buffers_released: int
+    uploads: int
 
     @property
     def live_buffers(self) -> int:
@@ -103,6 +114,8 @@ class GraphRunner:
     _consumers: dict[int, int] = attrs.field(init=False, repr=False)
     _counts: dict[str, int] = attrs.field(init=False, repr=False)
     _descs: dict[int, MemoryDesc] = attrs.field(init=False, repr=False, factory=dict)
+    # Inputs given once (set_constants): used by every run that omits them.
+    _constants: dict[int, Tensor] = attrs.field(init=False, repr=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         consumers: dict[int, int] = {}
@@ -112,7 +125,7 @@ class GraphRunner:
         self._consumers = consumers
         self._counts = dict.fromkeys(
             ("runs_started", "runs_finished", "partitions_submitted", "handler_calls",
-             "buffers_allocated", "buffers_released"), 0)
+             "buffers_allocated", "buffers_released", "uploads"), 0)
 
     @property
     def compiled_partitions(self) -> tuple[CompiledPartition, ...]:
@@ -124,6 +137,68 @@ class GraphRunner:
 
     def statistics(self) -> GraphRunnerStatistics:
         return GraphRunnerStatistics(**self._counts)
+
+    @property
+    def constants(self) -> dict[int, Tensor]:
+        """The inputs given with ``set_constants`` (a copy: change them with ``set_constants``)."""
+        return dict(self._constants)
+
+    async def set_constants(self, constants) -> None:
+        """Give the runner some of its inputs once: ``{input id: array, Tensor or Memory}``.
+        Every later ``run`` and ``map`` request may omit those ids (one that gives one uses its
+        own value). Arrays are uploaded now, into buffers the runner owns, and awaited, so the
+        caller may reuse them; Tensors and Memory are the caller's, used as they are, read only.
+        ``None`` for an id takes its value back. Calling it again replaces the values it names:
+        runs already started keep those they started with (a replaced upload is freed when the
+        last of them ends). Any graph input may be given, constant or not: the caller promises
+        its values stay as given. Nothing changes when any entry is bad (typed errors)."""
+        if not isinstance(constants, collections.abc.Mapping):
+            raise InvalidArgumentError(
+                f"constants is {type(constants).__name__}; expected a dict of graph input id -> array, "
+                "Tensor or Memory"
+            )
+        by_id = {lt.id: lt for lt in self.inputs}
+        staged: dict[int, Any] = {}
+        for lt_id, value in constants.items():
+            lt = by_id.get(lt_id)
+            if lt is None:
+                raise InvalidArgumentError(
+                    f"constants name id {lt_id!r}, which is no graph input {sorted(by_id)}"
+                )
+            if value is None:
+                staged[lt_id] = None
+                continue
+            if isinstance(value, Memory):
+                value = Tensor(lt, value.engine, memory=value)
+            if isinstance(value, Tensor):
+                self._check_tensor(value, lt, "constants")
+                staged[lt_id] = value
+                continue
+            array = np.asarray(value)
+            shape = known_shape(lt)
+            if array.shape != shape:
+                raise ArgumentMismatchError(
+                    f"constants[{lt_id}] has shape {array.shape}; graph input {lt_id} is {shape}"
+                )
+            staged[lt_id] = array.reshape(self._desc(lt).dims)
+        uploaded: dict[int, Tensor] = {}
+        try:
+            for lt_id, value in staged.items():
+                if isinstance(value, np.ndarray):
+                    lt = by_id[lt_id]
+                    tensor = uploaded[lt_id] = _tensor(lt, self.engine, self.engine.memory(self._desc(lt)))
+                    await tensor.memory.write(value)
+                    self._count("uploads")
+        except BaseException:
+            for tensor in uploaded.values():
+                tensor.memory.release()
+            raise
+        for lt_id, value in staged.items():
+            if value is None:
+                self._constants.pop(lt_id, None)
+            else:
+                # A replaced upload of ours goes with its last reference (a run still using it).
+                self._constants[lt_id] = uploaded[lt_id] if lt_id in uploaded else value
 
     def query_logical_tensor(self, lt_id: int) -> LogicalTensor:
         """A graph input or output as compiled."""
@@ -165,8 +240,10 @@ class GraphRunner:
         The requests run in a nursery the ``async with`` block owns: leaving it (the end of the
         inputs, a ``break``, an exception, a cancellation) stops pulling inputs and cancels the
         requests in flight, whose buffers are released, before the block exits. Arrays are
-        copied when their request starts, so the iterable may reuse them. Each request gets its
-        own outputs; ``deps`` and ``as_tensors`` are ``run``'s, for every request."""
+        copied when their request starts, so the iterable may reuse them, except those of
+        ``constant`` inputs, which the caller promises not to change (copying them would defeat
+        the constant tensor cache). Each request gets its own outputs; ``deps`` and
+        ``as_tensors`` are ``run``'s, for every request."""
         self._check_stream(stream)
         deps = list(check_deps(deps))
 
@@ -199,14 +276,19 @@ class GraphRunner:
                 "Tensor or Memory"
             )
         ids = [lt.id for lt in self.inputs]
-        missing = [i for i in ids if i not in inputs]
+        constants = self._constants
+        missing = [i for i in ids if i not in inputs and i not in constants]
         if missing:
-            raise InvalidArgumentError(f"inputs lack graph input ids {missing} (inputs are {ids})")
+            given = f"; set_constants gave {sorted(constants)}" if constants else ""
+            raise InvalidArgumentError(f"inputs lack graph input ids {missing} (inputs are {ids}{given})")
         extra = sorted(set(inputs) - set(ids), key=repr)
         if extra:
             raise InvalidArgumentError(f"inputs name ids {extra}, which are not graph inputs {ids}")
         values: dict[int, Any] = {}
         for lt in self.inputs:
+            if lt.id not in inputs:
+                values[lt.id] = constants[lt.id]
+                continue
             value = inputs[lt.id]
             desc = self._desc(lt)
             if isinstance(value, Memory):
@@ -214,14 +296,25 @@ class GraphRunner:
             if isinstance(value, Tensor):
                 self._check_tensor(value, lt, "inputs")
             else:
-                array = np.array(value, copy=True) if copy else np.asarray(value)
+                constant = lt.property_type == "constant"
+                original = value
+                array = np.array(value, copy=True) if copy and not constant else np.asarray(value)
                 shape = known_shape(lt)  # graph inputs have known shapes (compile_graph)
                 if array.shape != shape:
                     raise ArgumentMismatchError(
                         f"inputs[{lt.id}] has shape {array.shape}; graph input {lt.id} is "
                         f"{shape}"
                     )
-                value = array.reshape(desc.dims)
+                value = array if array.shape == desc.dims else array.reshape(desc.dims)
+                if constant:
+                    # The cache keys on the caller's array: its base object, weakly. A value that
+                    # was no array, or a reshape that had to copy, is a new object every run.
+                    root = None
+                    if isinstance(original, np.ndarray):
+                        root = _constant_cache.array_root(original)
+                        if _constant_cache.array_root(value) is not root:
+                            root = None
+                    value = _ConstantArray(value, root)
             values[lt.id] = value
         return values
 
@@ -276,6 +369,17 @@ class GraphRunner:
 _TENSOR_FIELDS = tuple(f.name for f in attrs.fields(Tensor))
 
 
+class _ConstantArray:
+    """A ``constant`` input given as an array: ``array`` shaped as its memory, ``root`` the
+    caller's array's base object the cache keys on (None: upload it every run)."""
+
+    __slots__ = ("array", "root")
+
+    def __init__(self, array: np.ndarray, root: np.ndarray | None) -> None:
+        self.array = array
+        self.root = root
+
+
 def _tensor(lt: LogicalTensor, engine: Engine, memory: Memory) -> Tensor:
     """``Tensor(lt, engine, memory)`` for memory allocated with ``lt``'s descriptor, without
     computing that descriptor again (a third of a run's host time in graphs of small ops)."""
@@ -300,6 +404,8 @@ class _Slot:
     owned: bool = False
     produced: bool = False
     ready: trio.Event | None = None
+    # A constant from the cache: pinned until every consumer has submitted.
+    lease: _constant_cache.Entry | None = None
 
     @property
     def bound(self) -> Tensor:
@@ -325,6 +431,8 @@ class Execution:
         self._nursery: trio.Nursery  # run()'s, open before anything is submitted
         self._to_release: list[_Slot] = []
         self._releasing = False
+        self._succeeded = False
+        self._leased: list[_constant_cache.Entry] = []
 
     async def run(self) -> dict:
         runner = self._runner
@@ -345,6 +453,7 @@ class Execution:
                     slot.owned = False          # the caller's now
                     runner._count("buffers_released")
             runner._count("runs_finished")
+            self._succeeded = True
             return results
         finally:
             self._release_all()
@@ -386,6 +495,9 @@ class Execution:
         if event is not None:
             slot.consumer_events.append(event)
         slot.waiting -= 1
+        if slot.waiting == 0 and slot.lease is not None:
+            lease, slot.lease = slot.lease, None
+            _constant_cache.release(lease, slot.consumer_events)
         if slot.waiting == 0 and slot.owned:
             if slot.consumer_events:
                 self._to_release.append(slot)
@@ -428,6 +540,11 @@ class Execution:
         # on them still complete: a stream's submissions hold the OpenCL buffers they use.
         for slot in self._slots.values():
             self._release(slot)
+            if slot.lease is not None:
+                lease, slot.lease = slot.lease, None
+                _constant_cache.release(lease, slot.consumer_events, failed=not self._succeeded)
+        if self._leased:
+            _constant_cache.settle(self._leased)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
@@ -449,9 +566,12 @@ class Execution:
             if isinstance(value, Tensor):
                 slot.tensor = value
                 self._publish(slot, None)
+            elif type(value) is _ConstantArray:
+                self._bind_constant(slot, value)
             else:
                 tensor = self._allocate(slot)
                 self._publish(slot, self._stream.write(tensor.memory, value))
+                runner._count("uploads")
         for step in runner._steps:
             if step.compiled is not None and all(self._slot(lt).produced for lt in step.inputs):
                 self._execute(step, step.compiled)
@@ -469,6 +589,29 @@ class Execution:
                                      [(slot, self._submit_read(slot)) for slot in ready])
         for slot in later:
             self._nursery.start_soon(self._collect, slot)
+
+    def _bind_constant(self, slot: _Slot, value: _ConstantArray) -> None:
+        """A constant array input: the cache's device copy (uploaded on a miss), or, where the
+        cache does not take it, an upload of this run's own."""
+        runner = self._runner
+        engine = runner.engine
+        got = None
+        if value.root is not None:
+            got = _constant_cache.acquire(engine, self._stream, runner._desc(slot.lt), value.array, value.root)
+        else:
+            _constant_cache.note_uncached(engine)
+        if got is None:
+            tensor = self._allocate(slot)
+            self._publish(slot, self._stream.write(tensor.memory, value.array))
+            runner._count("uploads")
+            return
+        entry, missed = got
+        slot.lease = entry
+        self._leased.append(entry)
+        slot.tensor = _tensor(slot.lt, engine, entry.memory)
+        if missed:
+            runner._count("uploads")
+        self._publish(slot, entry.upload)
 
     async def _run_step(self, step: Step) -> None:
         try:
