@@ -220,11 +220,11 @@ class StreamActor:
 
     def _placed(self, lane: int, cl_event: cl.Event) -> None:
         """``cl_event`` is the newest command of ``lane``: remember it, flush in good time."""
-        if self._lanes:
+        if lane:  # side lanes only: a command not routed to a side lane goes to lane 0 anyway
             previous = self._tails[lane]
             if previous is not None:
-                del self._lane_of_tail[previous.int_ptr]
-            self._lane_of_tail[cl_event.int_ptr] = lane
+                del self._lane_of_tail[id(previous)]
+            self._lane_of_tail[id(cl_event)] = lane
         self._tails[lane] = cl_event
         if not self._dirty:
             self.completion.flush_soon(self)
@@ -327,8 +327,11 @@ class StreamActor:
         added where the lane has not waited for it yet): the lane whose last command it waits
         for, else a lane in turn for a kernel that may overlap, else lane 0. Lanes holding the
         events it waits for are flushed (OpenCL requires it for events of another queue)."""
+        # By object identity: the tails are the very event objects the submissions hold
+        # (an address lookup cost two ``int_ptr`` calls per command).
+        head = self._tails[0]
         for cl_event in wait_for:
-            lane = self._lane_of_tail.get(cl_event.int_ptr)
+            lane = 0 if cl_event is head else self._lane_of_tail.get(id(cl_event))
             if lane is not None:
                 break
         else:
@@ -366,8 +369,9 @@ class StreamActor:
 
     def _enqueue_sync_point(self, barrier: bool, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
         if self.mode == "lanes":
-            others = [t for t in self._tails if t is not None and t.command_queue != queue]
-            self._flush_lanes(self._dirty - {self.queues.index(queue)})
+            index = self.queues.index(queue)
+            others = [t for lane, t in enumerate(self._tails) if t is not None and lane != index]
+            self._flush_lanes(self._dirty - {index})
             cl_event = cl.enqueue_marker(queue, wait_for=(wait_for + others) or None)
             if barrier:
                 self._fence = [cl_event]
