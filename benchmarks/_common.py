@@ -9,6 +9,7 @@ order) and the tables report medians over repetitions.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -161,6 +162,44 @@ def rotated(items: list, rep: int) -> list:
     """``items`` rotated by ``rep``: each variant takes every position in turn over repetitions."""
     k = rep % len(items)
     return items[k:] + items[:k]
+
+
+async def interleaved(variants: dict, reps: int) -> dict[str, list[float]]:
+    """``reps`` samples of each variant, taken in turn: repetition r runs every variant once, in
+    ``rotated`` order, so that drift (thermal, other processes, caches) falls on all of them alike.
+
+    ``variants`` maps a name to an async function of no argument returning one sample (seconds);
+    a plain function's result is taken as is. Returns each variant's samples in repetition order.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for rep in range(reps):
+        for name in rotated(list(variants), rep):
+            value = variants[name]()
+            if inspect.isawaitable(value):
+                value = await value
+            samples[name].append(value)
+    return samples
+
+
+async def poison(memory) -> None:
+    """Fill an f32 memory with NaN before timed runs, so that checking it afterwards proves the
+    timed runs themselves wrote the result (not the untimed check run before them)."""
+    await memory.write(np.full(memory.desc.dims, np.nan, dtype=np.float32))
+
+
+WALL = "wall"
+DEVICE = "device"
+
+
+def timing_note(mode: str, runs: int, reps: int) -> str:
+    """How a table's times were taken, printed beside it: every figure names its timing."""
+    if mode == WALL:
+        how = (f"wall time over {runs} queued runs (submit {runs}, wait once; per run = total / "
+               f"{runs})")
+    else:
+        how = (f"device time over {runs} queued runs (first start to last end of the {runs} "
+               f"runs' kernels; per run = span / {runs})")
+    return f"timing: {how}; median of {reps} interleaved samples per variant"
 
 
 # -- output --------------------------------------------------------------------------------------

@@ -4,8 +4,20 @@ Graphs, built with triodnn's Graph API: an MLP of 3 dense layers (batch 64, 1024
 and ReLU), scaled-dot-product attention 1x8x128x64 (Q @ K^T * scale + mask, softmax, @ V), a
 convolution chain (3x3 conv, bias, add, swish, relu on 1x64x56x56), and the public oneDNN
 graphs given with --case. Each policy's partitions are compiled once; a run executes every
-partition in order on one in-order stream and awaits the last event. The two policies run
-interleaved, median of the repetitions; outputs are compared first.
+partition in order on one in-order stream and awaits the last event.
+
+Timing, named beside each table: the fused-vs-op-by-op table is wall time of one run awaited
+(each run submitted and awaited before the next: what one request costs); the throughput table
+is wall time over N queued runs (N runs submitted back to back, awaited once; per run = total /
+N), torch eager on CUDA likewise (N calls, ``torch.cuda.synchronize()`` once). Variants take
+turns within each repetition (rotating order); medians of the repetitions.
+
+Checks: every graph output of both policies against a numpy reference of the graph computed op
+by op (``triodnn.testing.reference``, within ``triodnn.testing.tolerance`` of the ops upstream of
+the output, as ``triodnn graph`` checks), before timing and again after it (the outputs are
+filled with NaN in between, so the check proves the timed runs wrote them); the throughput runs
+and torch's results the same way. A torch result off the reference is reported and its figure
+left out, never printed.
 
     python benchmarks/bench_graph.py [--engine gpu:0] [--case FILE ...]
 """
@@ -21,7 +33,7 @@ import trio
 
 import triodnn
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor, load
-from triodnn.testing import make_inputs
+from triodnn.testing import make_inputs, reference, tolerance
 
 try:  # optional peer, compared on a CUDA GPU
     import torch
@@ -39,6 +51,72 @@ def extra_args(parser) -> None:
 
 def lt(i, shape, prop="variable"):
     return LogicalTensor(i, "f32", shape, layout_type="strided", property_type=prop)
+
+
+# -- the numpy reference of a graph -----------------------------------------------------------
+
+_SUMMING = ("MatMul", "Convolution")
+
+
+def graph_reference(graph: Graph, arrays: dict) -> tuple[dict, dict]:
+    """Every tensor's value computed op by op in numpy (float64, each output converted to its
+    dtype), and for MatMul and Convolution outputs the same op on absolute values: a dot
+    product's rounding error is relative to the sum of its terms' sizes, which cancellation can
+    make far larger than the result (the rule of ``triodnn graph``'s correctness mode)."""
+    values, magnitudes = dict(arrays), {}
+    for op in graph.ops:
+        if op.kind == "End":
+            continue
+        inputs = [values[t.id] for t in op.inputs]
+        for t, value in zip(op.outputs, reference(op.kind, op.attrs, inputs, [t.dtype for t in op.outputs])):
+            values[t.id] = value
+        if op.kind in _SUMMING:
+            absolute = [np.abs(np.asarray(x, dtype=np.float32)) for x in inputs]
+            magnitudes[op.outputs[0].id] = reference(op.kind, op.attrs, absolute, ["f32"])[0]
+    return values, magnitudes
+
+
+def upstream_kinds(graph: Graph, lt_id: int) -> set[str]:
+    kinds, stack, seen = set(), [lt_id], set()
+    while stack:
+        op = graph.producer(stack.pop())
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        kinds.add(op.kind)
+        stack.extend(t.id for t in op.inputs)
+    return kinds
+
+
+def mismatch(graph: Graph, ref: tuple[dict, dict], lt_id: int, got) -> str | None:
+    """None when ``got`` is within tolerance of the reference of output ``lt_id``, else what is off:
+    elements pass when ``|got - want| <= atol + rtol * max(|want|, magnitude)``."""
+    values, magnitudes = ref
+    rtol, atol = tolerance(upstream_kinds(graph, lt_id), graph.tensor(lt_id).dtype)
+    want = np.asarray(values[lt_id], dtype=np.float64)
+    g = np.asarray(got, dtype=np.float64).reshape(want.shape)
+    scale = np.abs(want)
+    if lt_id in magnitudes:
+        scale = np.maximum(scale, np.abs(np.asarray(magnitudes[lt_id], dtype=np.float64)))
+    diff = np.abs(g - want)
+    bad = ~(diff <= atol + rtol * scale)  # NaN (an unwritten, poisoned output) fails
+    if not bad.any():
+        return None
+    return (f"output {lt_id}: {int(bad.sum())}/{bad.size} elements off the numpy reference "
+            f"(max abs error {np.nanmax(diff) if not np.isnan(diff).all() else float('nan'):.3g}, "
+            f"rtol {rtol:g}, atol {atol:g})")
+
+
+async def check_outputs(graph: Graph, ref, tensors: dict, out_ids, who: str) -> None:
+    for i in out_ids:
+        problem = mismatch(graph, ref, i, await tensors[i].to_numpy())
+        if problem is not None:
+            raise AssertionError(f"{who}: {problem}")
+
+
+async def poison_outputs(tensors: dict, out_ids) -> None:
+    for i in out_ids:
+        await common.poison(tensors[i].memory)
 
 
 def mlp(batch=64, features=1024, layers=3) -> Graph:
@@ -108,36 +186,79 @@ def memory_bytes(graph, runs) -> tuple[int, int]:
     return naive, planned
 
 
-async def throughput(args, engine, stream, cases, results) -> None:
+async def throughput(args, engine, stream, cases, reps, results) -> None:
     """Time per run when N runs are submitted back to back and awaited once: what the device
-    takes, host submission hidden behind it (CUDA-synchronised torch eager alike)."""
+    takes, host submission hidden behind it where the device is slower (torch eager alike: N
+    calls, then ``torch.cuda.synchronize()``)."""
     n = args.throughput
     rows = []
     cuda = torch is not None and torch.cuda.is_available()
     for name, build in cases:
-        arrays = make_inputs(build(), seed=1)
-        fused = await prepare(build, engine, "fusion", arrays)
-        samples = []
-        for _ in range(5):
+        graph = build()
+        arrays = make_inputs(graph, seed=1)
+        ref = graph_reference(graph, arrays)
+        runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
+        await run_once(stream, runs)
+        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
+        await poison_outputs(tensors, out_ids)
+
+        async def ours(runs=runs):
+            await stream.wait()
             t0 = time.perf_counter()
             event = None
             for _ in range(n):
-                for cp, ins, outs in fused[0]:
+                for cp, ins, outs in runs:
                     event = cp.execute(stream, ins, outs)
             await event
-            samples.append((time.perf_counter() - t0) / n)
-        ours = common.median(samples)
-        theirs = sdpa_fused = float("nan")
+            return (time.perf_counter() - t0) / n
+
+        variants = {"fused": ours}
+        peers = {}
         if cuda:
-            theirs, sdpa_fused = torch_eager(name, arrays, n)
-        rows.append([name, ours * 1e6, theirs * 1e6, theirs / ours, sdpa_fused * 1e6])
-        results.setdefault(name, {}).update({"fused_throughput_us": ours * 1e6, "torch_eager_us": theirs * 1e6,
-                                             "torch_fused_sdpa_us": sdpa_fused * 1e6})
-    common.print_table(["graph", f"fused µs/run ({n} queued)", "torch eager µs", "x torch eager",
-                        "torch fused SDPA µs"], rows)
+            (out_id,) = out_ids
+            for peer, fn in torch_steps(name, arrays).items():
+                problem = mismatch(graph, ref, out_id, fn().cpu().numpy())
+                if problem is None:
+                    peers[peer] = TorchQueued(fn, n)
+                    variants[peer] = peers[peer].sample
+                else:
+                    print(f"   {name}, {peer}: left out, its result is off: {problem}")
+        samples = await common.interleaved(variants, reps)
+        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused, {n} queued runs")
+        t = {k: common.median(v) for k, v in samples.items()}
+        for peer, timed in peers.items():
+            problem = mismatch(graph, ref, out_ids[0], timed.last.cpu().numpy())
+            if problem is not None:
+                print(f"   {name}, {peer}: left out, its timed result is off: {problem}")
+                t[peer] = float("nan")
+        nan = float("nan")
+        eager, sdpa_fused = t.get("torch eager", nan), t.get("torch fused SDPA", nan)
+        rows.append([name, t["fused"] * 1e6, eager * 1e6, eager / t["fused"], sdpa_fused * 1e6])
+        results.setdefault(name, {}).update({"fused_throughput_us": t["fused"] * 1e6, "torch_eager_us": eager * 1e6,
+                                             "torch_fused_sdpa_us": sdpa_fused * 1e6, "throughput_samples_s": samples})
+    common.print_table(["graph", "fused µs/run", "torch eager µs", "speed ÷ torch eager", "torch fused SDPA µs"], rows,
+                       f"throughput: wall time over {n} queued runs (submit {n}, wait once; per run = total / {n}), "
+                       f"median of {reps} interleaved samples")
 
 
-def torch_eager(name, arrays, n):
+class TorchQueued:
+    """A sample: N torch calls on CUDA, synchronised once; seconds per run (wall time)."""
+
+    def __init__(self, fn, n: int) -> None:
+        self.fn, self.n, self.last = fn, n, None
+
+    def sample(self) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(self.n):
+            self.last = self.fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / self.n
+
+
+def torch_steps(name, arrays) -> dict:
+    """The graph in torch eager on CUDA, by graph: {"torch eager": fn, ["torch fused SDPA": fn]}."""
+    torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
     t = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(dev) for k, v in arrays.items()}
     if name.startswith("MLP"):
@@ -146,30 +267,17 @@ def torch_eager(name, arrays, n):
             for i in range(3):
                 x = torch.relu(x @ t[1 + 5 * i] + t[2 + 5 * i])
             return x
-        fused = None
-    else:
-        def step():
-            s = (t[0] @ t[1].transpose(-1, -2)) * t[3] + t[4]
-            return torch.softmax(s, -1) @ t[2]
+        return {"torch eager": step}
 
-        def fused():
-            return torch.nn.functional.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[4],
-                                                                    scale=float(t[3]))
+    def eager():
+        s = (t[0] @ t[1].transpose(-1, -2)) * t[3] + t[4]
+        return torch.softmax(s, -1) @ t[2]
 
-    def timed(fn):
-        fn()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            torch.cuda.synchronize()
-            samples.append((time.perf_counter() - t0) / n)
-        return common.median(samples)
+    def fused():
+        return torch.nn.functional.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[4],
+                                                                scale=float(t[3]))
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return timed(step), (timed(fused) if fused else float("nan"))
+    return {"torch eager": eager, "torch fused SDPA": fused}
 
 
 async def run_once(stream, runs) -> None:
@@ -189,33 +297,44 @@ async def run(args):
     async with triodnn.open_runtime() as rt:
         engine = await common.open_engine(rt, args)
         stream = await engine.stream()
-        common.print_header("bench_graph: fused (policy fusion) vs op by op (policy debug)", engine, args,
-                            [f"{reps} timed runs per policy, interleaved; median"])
+        common.print_header("bench_graph: fused (policy fusion) vs op by op (policy debug)", engine, args, [
+            f"timing: wall time of one run awaited (submit a run, await it, then the next); median of {reps} "
+            "interleaved runs per policy",
+            "outputs of both policies checked against the numpy reference of the graph, before and after timing",
+        ])
         for name, build in cases:
-            arrays = make_inputs(build(), seed=1)
+            graph = build()
+            arrays = make_inputs(graph, seed=1)
+            ref = graph_reference(graph, arrays)
             fused = await prepare(build, engine, "fusion", arrays)
             debug = await prepare(build, engine, "debug", arrays)
-            for variant in (fused, debug):
+            for policy, variant in (("fused", fused), ("debug", debug)):
                 await run_once(stream, variant[0])
-            for i in fused[2]:
-                a, b = await fused[1][i].to_numpy(), await debug[1][i].to_numpy()
-                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(b).max())))
-            samples = {"fusion": [], "debug": []}
-            for rep in range(reps):
-                for policy, variant in common.rotated([("fusion", fused), ("debug", debug)], rep):
+                await check_outputs(graph, ref, variant[1], variant[2], f"{name}, {policy}")
+                await poison_outputs(variant[1], variant[2])
+
+            def one_run(variant):
+                async def sample():
                     t0 = time.perf_counter()
                     await run_once(stream, variant[0])
-                    samples[policy].append(time.perf_counter() - t0)
+                    return time.perf_counter() - t0
+                return sample
+
+            samples = await common.interleaved({"fusion": one_run(fused), "debug": one_run(debug)}, reps)
+            for policy, variant in (("fused", fused), ("debug", debug)):
+                await check_outputs(graph, ref, variant[1], variant[2], f"{name}, {policy}, timed runs")
             t_f, t_d = common.median(samples["fusion"]), common.median(samples["debug"])
             naive, planned = memory_bytes(build(), fused[0])
             rows.append([name, fused[3], debug[3], t_f * 1e6, t_d * 1e6, t_d / t_f,
                          naive / 2**20, planned / 2**20, planned / naive])
             results[name] = {"fused_us": t_f * 1e6, "debug_us": t_d * 1e6, "fused_primitives": fused[3],
-                             "debug_primitives": debug[3], "naive_bytes": naive, "planned_bytes": planned}
+                             "debug_primitives": debug[3], "naive_bytes": naive, "planned_bytes": planned,
+                             "samples_s": samples}
         common.print_table(["graph", "fused prims", "debug prims", "fused µs", "debug µs", "fused speedup",
-                            "naive MiB", "planned MiB", "planned / naive"], rows)
+                            "naive MiB", "planned MiB", "planned / naive"], rows,
+                           f"fused vs op by op: wall time of one run awaited, median of {reps} interleaved runs")
         if args.throughput:
-            await throughput(args, engine, stream, cases[:2], results)
+            await throughput(args, engine, stream, cases[:2], 3 if args.quick else 5, results)
         return results, engine
 
 
