@@ -79,6 +79,9 @@ class KernelSequence:
     deps: tuple
     plan: LaunchPlan = attrs.field(repr=False)
     buffers: tuple = attrs.field(repr=False)
+    # Per step, the buffers' addresses as one tuple: the same object as the run before when
+    # the buffers are (the plan's kernels then keep their arguments).
+    keys: tuple = attrs.field(repr=False)
     after: tuple = attrs.field(repr=False)
 
 

@@ -32,8 +32,9 @@ class PlanStep:
 
 
 class LaunchPlan:
-    """Steps to replay in order. ``bound[i]`` is the argument tuple step ``i``'s kernel holds now
-    (the stream actor sets arguments only when a run's tuple is another object)."""
+    """Steps to replay in order. ``bound[i]`` is the key (addresses, see ``KernelSequence.keys``)
+    of the arguments step ``i``'s kernel holds now: the stream actor sets arguments only when a
+    run's key is another object."""
 
     __slots__ = ("steps", "bound")
 

@@ -235,16 +235,15 @@ class StreamActor:
 
     def _enqueue_sequence(self, command: KernelSequence, wait_for: list[cl.Event]) -> tuple[int, cl.Event]:
         """Enqueue every step of ``command``; (lane, event) of its completion."""
-        plan, buffers, bound = command.plan, command.buffers, command.plan.bound
+        plan, buffers, keys, bound = command.plan, command.buffers, command.keys, command.plan.bound
         enqueue = cl.enqueue_nd_range_kernel
         if not self._lanes and self.mode == "in_order":
             queue, wait = self.queues[0], wait_for or None
             cl_event = None
             for i, step in enumerate(plan.steps):
-                args = buffers[i]
-                if bound[i] is not args:
-                    step.kernel.set_args(*args)
-                    bound[i] = args
+                if bound[i] is not keys[i]:
+                    step.kernel.set_args(*buffers[i])
+                    bound[i] = keys[i]
                 cl_event = enqueue(queue, step.kernel, step.global_size, step.local_size, wait_for=wait)
                 wait = None
             assert cl_event is not None, "a plan has steps"
@@ -265,10 +264,9 @@ class StreamActor:
             if after and self._lanes:  # a lane orders its own commands: wait only across lanes
                 same = {id(events[j]) for j in after if lanes[j] == lane}
                 step_wait = [e for e in step_wait if id(e) not in same]
-            args = buffers[i]
-            if bound[i] is not args:
-                step.kernel.set_args(*args)
-                bound[i] = args
+            if bound[i] is not keys[i]:
+                step.kernel.set_args(*buffers[i])
+                bound[i] = keys[i]
             cl_event = enqueue(self.queues[lane], step.kernel, step.global_size, step.local_size,
                                wait_for=step_wait or None)
             self._placed(lane, cl_event)
@@ -352,8 +350,11 @@ class StreamActor:
         wait = wait_for or None
         if type(command) is KernelLaunch:  # first: nearly every command is one
             launch = command.primitive.launch  # the BuiltKernel the compiler made for this context
-            kernel, spec = launch.kernel, launch.spec
-            kernel.set_args(*command.buffers)
+            kernel, spec, buffers = launch.kernel, launch.spec, command.buffers
+            keys = tuple([buffer.int_ptr for buffer in buffers])
+            if launch.bound[0] != keys:
+                kernel.set_args(*buffers)
+                launch.bound[0] = keys
             return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
         if type(command) is WriteBuffer:
             cl_event = cl.enqueue_copy(queue, command.buffer, command.host, is_blocking=False, wait_for=wait)

@@ -7,7 +7,8 @@ pyopencl enqueues the three in ~30 µs). A ``Replay`` works all of that out once
 
 * which buffer each kernel argument is, as an index into the run's slots (ports, then scratch);
 * a ``LaunchPlan`` (``triodnn.actors``) with a kernel object per step, whose arguments stay set
-  while a run's buffers are those of the run before (the same tensors, the same scratch);
+  while a run's buffers are those of the run before (the same tensors, the same scratch:
+  compared by address);
 * on out-of-order streams, which earlier steps each step waits for (per buffer, as
   ``execute`` always did), worked out once per way the ports alias each other;
 * scratch buffers, kept between runs: a set is reused when its last run has completed, or at
@@ -92,8 +93,9 @@ class Replay:
         self._plan = LaunchPlan([p.launch for p in primitives], [p.label for p in primitives],
                                 [p.overlaps for p in primitives])
         self._scratch: list[_Scratch] = []
+        # Addresses only: holding a run's buffers would keep their memory after they are freed.
         self._last_key: tuple | None = None
-        self._last_args: tuple = ()
+        self._last_keys: tuple = ()
         self._after: dict[tuple, tuple] = {}
 
     def _scratch_for(self, actor) -> tuple[_Scratch, tuple]:
@@ -134,12 +136,13 @@ class Replay:
         scratch, extra = self._scratch_for(actor)
         buffers = tuple(t.memory.cl_buffer for t in inputs) + tuple(t.memory.cl_buffer for t in outputs) \
             + scratch.buffers
-        key = tuple(b.int_ptr for b in buffers)
+        key = tuple([b.int_ptr for b in buffers])
+        args = tuple([tuple([buffers[p] for p in positions]) for positions in self._arg_positions])
         if key == self._last_key:
-            args = self._last_args  # the same objects: the plan's kernels keep their arguments
+            keys = self._last_keys  # the same objects: the plan's kernels keep their arguments
         else:
-            args = tuple(tuple(buffers[p] for p in positions) for positions in self._arg_positions)
-            self._last_key, self._last_args = key, args
+            keys = tuple([tuple([key[p] for p in positions]) for positions in self._arg_positions])
+            self._last_key, self._last_keys = key, keys
         if actor.mode == "in_order":
             after = ()
         else:
@@ -147,7 +150,7 @@ class Replay:
             after = self._after_for(tuple(first.setdefault(k, i) for i, k in enumerate(key)))
         submission = Submission(actor, self.label)
         deps = tuple(deps) + extra if extra else tuple(deps)
-        actor.submit(KernelSequence(submission, deps, self._plan, args, after))
+        actor.submit(KernelSequence(submission, deps, self._plan, args, keys, after))
         scratch.last, scratch.actor = submission, actor
         note_uses(buffers, submission)  # user-allocated buffers go back to their free after this
         return Event(submission)
