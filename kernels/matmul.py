@@ -4,9 +4,12 @@ Batch dimensions broadcast as numpy's ``matmul`` does; any strides (a transposed
 swapped strides). Each work-item keeps a ``TM x TN`` block of ``dst`` in registers and walks K once:
 register blocking, no local memory (on PoCL's CPU device local-memory tiling with barriers is
 slower: accumulators spill at every barrier). Work-items whose block lies inside the matrix take a
-path without bounds checks; edge blocks check each row and column. That is the GPU kernel; the CPU
-device (``vector_width`` 16) gets ``_cpu_generate``'s: the same register blocking inside a
-GotoBLAS-like work-item that copies its weights panel to __local memory by K chunks (no barriers).
+path without bounds checks; edge blocks check each row and column. That is the GPU kernel for
+small dst (``matmul_gpu``'s tiled SGEMM takes dst of 64 x 64+, ``matmul_skinny``'s K split across a
+work-group takes small dst with long K: ``generate``); the CPU device (``vector_width`` 16) gets
+``_cpu_generate``'s: the same register blocking inside a GotoBLAS-like work-item that copies its
+weights panel to __local memory by K chunks (no barriers), its epilogue a function of its own
+where there are post-ops.
 
 ``src``, ``weights``, ``bias`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32
 math, as oneDNN's bf16/f16 matmul accumulates in f32): every element converts to float as it is
@@ -18,11 +21,12 @@ kernel is the plain one (no conversion helpers).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from .._values._matmul_desc import MatmulDesc
-from . import _dtype_io, _post_ops, matmul_gpu, tolerance
+from . import _dtype_io, _post_ops, matmul_gpu, matmul_skinny, tolerance
 from ._post_ops import generate_scaled
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
@@ -127,6 +131,7 @@ def _cpu_generate(
     tm = math.ceil(m / math.ceil(m / tm))  # as many micro-tiles, fewest rows (M=8: 2 x 4, not 2 x 6)
     nv = tn // 16
     nt = math.ceil(n / tn)
+    staged = bool(post_ops)  # the epilogue a function of its own (see staged_fn below)
     kc, mc = _cpu_fit_local(k, min(k, CPU_KC), _cpu_rows_per_item(m, nt, nbatch, tm), tm, nv, local_memory)
     # One micro-tile per work-item: nothing reuses a copy of the weights, so full panels of f32
     # row-major weights are read in place.
@@ -234,22 +239,41 @@ def _cpu_generate(
             }} else {{
                 {edge}
             }}"""
-    if chunks > 1:
-        start = f"if (k0 == 0) {{ {zero} }} else {{ {reload} }}"
-        finish = f"if (k0 + {kc}UL < K) {{ {save} }} else {epilogue}"
-    else:
-        start, finish = zero, epilogue
-
+    start = f"if (k0 == 0) {{ {zero} }} else {{ {reload} }}" if chunks > 1 else zero
     bias_param = f" {_dtype_io.param(cdt, 'bias', const=True)}," if has_bias else ""
+    dst_param = _dtype_io.param(ddt, "dst", const=False)
+    staged_fn = ""
+    if staged:
+        # Post-ops: the epilogue is a function of its own, called once per micro-tile with the
+        # sums in a private array; the kernel body is the plain kernel's plus that call. PoCL
+        # keeps math built-ins as calls, and with the epilogue inline the K loop lost its
+        # registers: 8 x 32768 x 32 (one work-item) 246 us plain, 398 with a tanh post-op, 484
+        # with exp; relu 338-380 us even with the epilogue moved past the loop nest. Called: all
+        # 242-247. (PoCL 3.0 miscompiles __local pointers handed to a function that is not
+        # inlined: hence the private array, and ``ce`` private in the function.)
+        offsets = ["off_d", "off_c"] + [f"off_{name}" for name in po_names]
+        staged_fn = f"""static __attribute__((noinline)) void mm_epilogue({bias_param}{_post_ops.params(post_ops)}
+        {dst_param}, const ulong mr, const ulong mi, const ulong n0, {", ".join(f"const ulong {o}" for o in offsets)},
+        const float16* acc) {{
+    float16 ce[{tm * nv}];
+    float* const cef = (float*)ce;
+    {" ".join(f"const float16 c{i}_{j} = acc[{x}];" for x, (i, j) in enumerate(accs))}
+    {epilogue}
+}}
+"""
+        call_args = "".join(f"{name}, " for name in (("bias",) if has_bias else ()) + po_names)
+        epilogue = (f"{{ float16 acc[{len(accs)}]; " + " ".join(f"acc[{x}] = c{i}_{j};" for x, (i, j) in enumerate(accs))
+                    + f" mm_epilogue({call_args}dst, mr, mi, n0, {', '.join(offsets)}, acc); }}")
+    finish = f"if (k0 + {kc}UL < K) {{ {save} }} else {epilogue}" if chunks > 1 else epilogue
+
     loads = (sdt, wdt, ddt) + ((cdt,) if has_bias else ())
     src_param = _dtype_io.param(sdt, "src", const=True)
     wei_param = _dtype_io.param(wdt, "wei", const=True)
-    dst_param = _dtype_io.param(ddt, "dst", const=False)
     source = (_dtype_io.functions(loads=loads, stores=(ddt,)) + _post_ops.functions(post_ops, ("float", "float16"))
               + _CPU_PRELUDE + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
-__kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
+{staged_fn}__kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
                          {dst_param}) {{
     __local float16 bp[{kc * nv}];
     __local float* const bpf = (__local float*)bp;
@@ -282,18 +306,43 @@ __kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(
         arg_names=args,
         global_size=(nt, mt, nbatch),
         local_size=(1, 1, 1),
-        impl=f"ocl:regblock:{tm}x{tn}:k{kc}:m{mc}{':direct' if direct else ''}:l1x1",
+        impl=f"ocl:regblock:{tm}x{tn}:k{kc}:m{mc}{':direct' if direct else ''}{':staged' if staged else ''}:l1x1",
     )
 
 
 def generate(desc: MatmulDesc, config: KernelConfig) -> KernelSpec:
-    """The kernel of ``desc`` for ``config``: ``matmul_gpu``'s local-memory tiled SGEMM for a
-    GPU shape with dst of 64 x 64+ (``matmul_gpu.applies``), else ``_regblock``. ``output_scale``
-    reaches either as a leading ``linear`` post-op (``_post_ops.generate_scaled``)."""
+    """The kernel of ``desc`` for ``config`` (``impl``): on a GPU shape (``vector_width`` 1),
+    ``matmul_gpu``'s local-memory tiled SGEMM where dst is 64 x 64+ (``matmul_gpu.applies``),
+    else ``_regblock``'s 4 x 4 blocks, unless ``matmul_skinny.prefers`` the K split across a
+    work-group to what that choice gives (``existing_work``); on the CPU, ``_regblock``'s
+    (``_cpu_generate``). ``output_scale`` reaches each as a leading ``linear`` post-op
+    (``_post_ops.generate_scaled``)."""
     desc.check_supported()
     m, n = desc.dst.dims[-2:]
-    make = matmul_gpu.tiled if matmul_gpu.applies(m, n, config) else _regblock
+    make: Callable[[MatmulDesc, tuple, KernelConfig], KernelSpec]
+    if matmul_skinny.prefers(*existing_work(desc, config), config):
+        make = matmul_skinny.skinny
+    elif matmul_gpu.applies(m, n, config):
+        make = matmul_gpu.tiled
+    else:
+        make = _regblock
     return generate_scaled(lambda chain: make(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def existing_work(desc: MatmulDesc, config: KernelConfig) -> tuple[int, int]:
+    """Useful work-items and the dependent rounds of global loads each runs, of the kernel
+    ``generate`` picks for ``desc`` without ``matmul_skinny``: the tiled kernel's work-groups
+    times their work-items and its K slabs per split, or ``_regblock``'s blocks and K (one round
+    per k)."""
+    m, n = desc.dst.dims[-2:]
+    k = desc.src.dims[-1]
+    nbatch = math.prod(desc.dst.dims[:-2])
+    if matmul_gpu.applies(m, n, config):
+        tile = matmul_gpu.choose_tile(m, n, nbatch, config, k)
+        groups = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * nbatch
+        return groups * tile.threads, math.ceil(k / tile.ks / tile.bk)
+    tm, tn, _ = tiles(config)
+    return math.ceil(m / tm) * math.ceil(n / tn) * nbatch, k
 
 
 def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
@@ -388,33 +437,38 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
 {stores}"""
 
     def block(check: bool) -> str:
-        # Loop bounds are constants: LLVM unrolls the block loops and keeps acc in registers.
-        row_ok = "if (m0 + i < M) " if check else ""
-        col_ok = "if (n0 + j < N) " if check else ""
-        bias = _dtype_io.load(bias_dtype, "bias", f"off_c + (m0 + i) * {scm}UL + (n0 + j) * {scn}UL") if has_bias else "0.0f"
-        po_scalar = _dtype_io.apply_post_ops_scalar(post_ops, "v", "od", {
-            name: f"off_{name} + (m0 + i) * {po_strides[name][-2]}UL + (n0 + j) * {po_strides[name][-1]}UL"
-            for name in po_names
-        }, dst_dtype)
-        a_load = _dtype_io.load(src_dtype, "src", f"off_a + (m0 + i) * {sam}UL + k * {sak}UL")
-        b_load = _dtype_io.load(wei_dtype, "wei", f"off_b + k * {sbk}UL + (n0 + j) * {sbn}UL")
+        # Every access to the TM x TN sums is unrolled here, in Python, so they are scalars the
+        # compiler keeps in registers. The sums were a C array indexed in C loops, in registers
+        # only while the compiler unrolls every loop over it; a tanh post-op makes the epilogue
+        # loop big enough not to be, and the array then lives in per-thread memory that every k
+        # step reads and writes. That is the likely cause of bench_graph_dag's 44 ms per request
+        # fused (MatMul 8 x 32768 x 32 with its Tanh) against 8.3 ms unfused on an H100; the last
+        # row of .device/scratch/skinny_check.py times that kernel's source with and without tanh.
+        sums = [(i, j) for i in range(tm) for j in range(tn)]
+        a_load = lambda i: _dtype_io.load(src_dtype, "src", f"off_a + (m0 + {i}UL) * {sam}UL + k * {sak}UL")  # noqa: E731
+        b_load = lambda j: _dtype_io.load(wei_dtype, "wei", f"off_b + k * {sbk}UL + (n0 + {j}UL) * {sbn}UL")  # noqa: E731
+        loads = [f"const float a{i} = {f'(m0 + {i}UL < M) ? ' if check else ''}{a_load(i)}{' : 0.0f' if check else ''};"
+                 for i in range(tm)]
+        loads += [f"const float b{j} = {f'(n0 + {j}UL < N) ? ' if check else ''}{b_load(j)}{' : 0.0f' if check else ''};"
+                  for j in range(tn)]
+        stores = []
+        for i, j in sums:
+            row, col = f"(m0 + {i}UL)", f"(n0 + {j}UL)"
+            od = f"off_d + {row} * {sdm}UL + {col} * {sdn}UL"
+            bias = (" + " + _dtype_io.load(bias_dtype, "bias", f"off_c + {row} * {scm}UL + {col} * {scn}UL")) if has_bias else ""
+            post = _dtype_io.apply_post_ops_scalar(post_ops, "v", od, {
+                name: f"off_{name} + {row} * {po_strides[name][-2]}UL + {col} * {po_strides[name][-1]}UL"
+                for name in po_names
+            }, dst_dtype)
+            guard = f"if ({row} < M && {col} < N) " if check else ""
+            stores.append(f"{guard}{{ float v = acc{i}_{j}{bias}; {post} {_dtype_io.store(dst_dtype, 'dst', od, 'v')} }}")
         return f"""
-        float acc[TM][TN];
-        for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+        float {", ".join(f"acc{i}_{j} = 0.0f" for i, j in sums)};
         for (ulong k = 0; k < K; ++k) {{
-            float a[TM], b[TN];
-            for (int i = 0; i < TM; ++i) a[i] = {"(m0 + i < M) ? " if check else ""}{a_load}{" : 0.0f" if check else ""};
-            for (int j = 0; j < TN; ++j) b[j] = {"(n0 + j < N) ? " if check else ""}{b_load}{" : 0.0f" if check else ""};
-            for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+            {" ".join(loads)}
+            {" ".join(f"acc{i}_{j} += a{i} * b{j};" for i, j in sums)}
         }}
-        for (int i = 0; i < TM; ++i) {row_ok}{{
-            for (int j = 0; j < TN; ++j) {col_ok}{{
-                const ulong od = off_d + (m0 + i) * {sdm}UL + (n0 + j) * {sdn}UL;
-                float v = acc[i][j] + {bias};
-                {po_scalar}
-                {_dtype_io.store(dst_dtype, "dst", "od", "v")}
-            }}
-        }}"""
+        {(chr(10) + "        ").join(stores)}"""
 
     bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
     types = ("float", "float16") if tn == 16 else ("float",)
