@@ -329,18 +329,30 @@ def generate(desc: MatmulDesc, config: KernelConfig) -> KernelSpec:
     return generate_scaled(lambda chain: make(desc, chain, config), desc.post_ops, desc.output_scale)
 
 
+# One K slab of a small tile of the tiled kernel (``matmul_gpu.SMALL_PREFERENCE``: a barrier, the
+# next slab's loads, bk steps of 4 x 4 FMAs out of local memory) counts as this many
+# register-blocked rounds; the large 8 x 8 tiles have the arithmetic to hide a slab and count one.
+# Measured on an H100 at 64x1024x1024: the tiled kernel's 16 slabs per split over 16K work-items
+# took 18.9 µs, the K split across a work-group 11.5 (skinny_check.py); 16 x 8 reaches
+# matmul_skinny.MIN_ROUNDS.
+TILED_ROUND_WEIGHT = 8
+
+
 def existing_work(desc: MatmulDesc, config: KernelConfig) -> tuple[int, int]:
     """Useful work-items and the dependent rounds of global loads each runs, of the kernel
     ``generate`` picks for ``desc`` without ``matmul_skinny``: the tiled kernel's work-groups
-    times their work-items and its K slabs per split, or ``_regblock``'s blocks and K (one round
-    per k)."""
+    times their work-items and its K slabs per split (``TILED_ROUND_WEIGHT`` rounds each for a
+    small tile), or
+    ``_regblock``'s blocks and K (one round per k)."""
     m, n = desc.dst.dims[-2:]
     k = desc.src.dims[-1]
     nbatch = math.prod(desc.dst.dims[:-2])
     if matmul_gpu.applies(m, n, config):
         tile = matmul_gpu.choose_tile(m, n, nbatch, config, k)
         groups = math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * nbatch
-        return groups * tile.threads, math.ceil(k / tile.ks / tile.bk)
+        # 4 x 4 per work-item: little arithmetic to overlap a slab's loads with
+        small = any(tile == matmul_gpu.TILES[name] for name in matmul_gpu.SMALL_PREFERENCE)
+        return groups * tile.threads, math.ceil(k / tile.ks / tile.bk) * (TILED_ROUND_WEIGHT if small else 1)
     tm, tn, _ = tiles(config)
     return math.ceil(m / tm) * math.ceil(n / tn) * nbatch, k
 

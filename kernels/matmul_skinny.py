@@ -58,14 +58,19 @@ MIN_LOCAL = 32  # a work-group narrower than a warp leaves lanes idle; the K spl
 TARGET_ITEMS = 64 * 1024
 MIN_ROUNDS = 128
 
-# The block model (``choose_block``): time ~ max(ceil(G / SMS) x B, G x B / L2_SMS) for G
-# work-groups each reading B bytes. Published H100 figures, not measured here: one SM pulls some
-# 64 B per clock from L2 (~110 GB/s), L2 gives ~5.5 TB/s in all, about L2_SMS SMs' worth; so up to
-# L2_SMS work-groups cost no more than one, and beyond it total traffic counts. B counts 32-byte
-# sectors: a k-row of an operand contiguous along M or N costs max(RN x size, 32) bytes unless the
-# block spans whole rows. .device/scratch/skinny_check.py times every block against the model's.
-SMS = 132
-L2_SMS = 48
+# The block model (``choose_block``), fitted to an H100 sweep of every block (skinny_check.py,
+# 2026-11-25; device µs, best block vs the first model's pick): 8x32768x32 1x4 22.5 (1x8 24.0),
+# 1x4096x4096 1x16 30.4 (1x64 52.0), 16x1024x1024 4x16 10.1 (16x16 15.6), 64x1024x1024 8x32 11.5
+# (the tiled kernel 18.9), 4x8192x256 4x4 12.7 (4x8 15.6). Time ~ the larger of latency and
+# traffic: each work-item runs ``rounds`` dependent rounds of ``rm + tn`` loads at ROUND_US each,
+# in ceil(G / RESIDENT) waves of G work-groups; and all groups' bytes (B each, in 32-byte sectors:
+# a k-row of an operand contiguous along M or N costs max(RN x size, 32) bytes unless the block
+# spans whole rows) at L2_BYTES_PER_US. These constants picked 4 of the 5 best blocks above (the
+# fifth, 16x1024x1024, gets 8x8, unmeasured); the first model (one wave per 132 SMs, traffic past
+# 48 SMs) picked none.
+ROUND_US = 0.1
+L2_BYTES_PER_US = 5e6
+RESIDENT = 264  # work-groups of 256 in flight: 2 per SM
 SECTOR = 32
 
 _SIZE = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s8": 1, "u8": 1, "boolean": 1}
@@ -171,7 +176,7 @@ def _tn(rm: int, rn: int, wei: _Layout) -> int:
 
 
 def choose_block(m: int, n: int, k: int, nbatch: int, src: _Layout, wei: _Layout, config: KernelConfig) -> Block:
-    """The block of least modelled time (see SMS, L2_SMS); ties: more work-groups, then fewer rows."""
+    """The block of least modelled time (see ROUND_US); ties: more work-groups, then fewer rows."""
     local = local_size(config)
     best: tuple | None = None
     for rm in (1, 2, 4, 8, 16):
@@ -185,8 +190,10 @@ def choose_block(m: int, n: int, k: int, nbatch: int, src: _Layout, wei: _Layout
                     or b.local_bytes() > config.local_memory):
                 continue
             groups = math.ceil(m / rm) * math.ceil(n / rn) * nbatch
-            per_group = k * (src.bytes_per_k(rm) + wei.bytes_per_k(rn))
-            cost = max(math.ceil(groups / SMS) * per_group, groups * per_group / L2_SMS)
+            traffic = groups * k * (src.bytes_per_k(rm) + wei.bytes_per_k(rn))
+            rounds = math.ceil(k / (b.kt * KV))
+            latency = math.ceil(groups / RESIDENT) * rounds * (rm + b.tn) * ROUND_US
+            cost = max(latency, traffic / L2_BYTES_PER_US)
             key = (cost, -groups, rm)
             if best is None or key < best[0]:
                 best = (key, b)

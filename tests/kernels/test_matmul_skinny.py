@@ -195,7 +195,7 @@ async def test_bench_graph_dag_shape_with_tanh(gpu_shaped, rng):
     a, w = rng.uniform(-1, 1, (8, 32768)).astype(np.float32), rng.uniform(-0.01, 0.01, (32768, 32)).astype(np.float32)
     desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), post_ops=(("eltwise", "tanh"),))
     primitive, got = await execute(gpu_shaped, desc, {"src": a, "weights": w})
-    assert primitive.impl == "ocl:skinny:1x8:t4:l256"
+    assert primitive.impl == "ocl:skinny:1x4:t4:l256"
     ref = _post_ops.reference(desc.post_ops, matmul.reference(a, w))
     tolerance.check(got, ref, tolerance.matmul(32768) + TANH)
 
@@ -210,8 +210,8 @@ def impl(m, k, n, config=GPU, batch=(), post_ops=()):
 
 def test_selection_rule():
     # Small dst, long K: the register-blocked kernel would run a few work-items through all of K.
-    assert impl(8, 32768, 32) == "ocl:skinny:1x8:t4:l256"
-    assert impl(8, 32768, 32, post_ops=(("eltwise", "tanh"),)) == "ocl:skinny:1x8:t4:l256"  # post-ops change nothing
+    assert impl(8, 32768, 32) == "ocl:skinny:1x4:t4:l256"
+    assert impl(8, 32768, 32, post_ops=(("eltwise", "tanh"),)) == "ocl:skinny:1x4:t4:l256"  # post-ops change nothing
     assert impl(1, 4096, 4096).startswith("ocl:skinny:")
     assert impl(16, 1024, 1024).startswith("ocl:skinny:")
     assert impl(4, 8192, 256).startswith("ocl:skinny:")
@@ -225,9 +225,11 @@ def test_selection_rule():
     # TARGET_ITEMS: 4 x 4 blocks of 16 x 65536 make 65536 work-items, enough; one column fewer is not.
     assert impl(16, 256, 65536).startswith("ocl:regblock:4x4")
     assert impl(16, 256, 65532).startswith("ocl:skinny:")
-    # The tiled kernel's chain is K slabs per split: M = 64 (an MLP's rows) keeps its K-split tile.
-    assert impl(64, 1024, 1024) == "ocl:gemm_tiled:32x32x16:r4x4:l8x8:s4"
-    assert impl(64, 1000, 1000) == "ocl:gemm_tiled:32x32x32:r4x4:l8x8"
+    # The tiled kernel's chain is K slabs per split, TILED_ROUND_WEIGHT rounds each: at M = 64 (an
+    # MLP's rows) 16 slabs per split of 4 already lose to the skinny kernel.
+    assert impl(64, 1024, 1024) == "ocl:skinny:8x32:t4:l256"
+    assert impl(64, 1000, 1000).startswith("ocl:skinny:")
+    assert impl(128, 128, 128).startswith("ocl:gemm_tiled:")  # 2 slabs per split of 4
     assert impl(4096, 4096, 4096).startswith("ocl:gemm_tiled:128x128")
     assert impl(64, 16384, 64).startswith("ocl:skinny:")  # 256 slabs of 16 per split of 4
     # Neither the CPU configuration nor work-groups narrower than a warp.
@@ -239,7 +241,7 @@ def test_existing_work_and_prefers():
     desc = MatmulDesc(MemoryDesc((8, 32768)), MemoryDesc((32768, 32)))
     assert matmul.existing_work(desc, GPU) == (2 * 8, 32768)  # 4 x 4 blocks, one round per k
     mlp = MatmulDesc(MemoryDesc((64, 1024)), MemoryDesc((1024, 1024)))
-    assert matmul.existing_work(mlp, GPU) == (2 * 32 * 256, 1024 // 4 // 16)
+    assert matmul.existing_work(mlp, GPU) == (2 * 32 * 256, 1024 // 4 // 16 * matmul.TILED_ROUND_WEIGHT)
     assert matmul_skinny.prefers(16, 32768, GPU)
     assert not matmul_skinny.prefers(matmul_skinny.TARGET_ITEMS, 32768, GPU)
     assert not matmul_skinny.prefers(16, 127, GPU)
@@ -247,12 +249,17 @@ def test_existing_work_and_prefers():
 
 
 def test_choose_block():
-    """The bandwidth model's picks: one src row and a float4-wide panel of 8 columns for the
-    bench shape (32 work-groups each reading whole 32-byte sectors of the weights); every pick
-    fits the kernel's layout and the configuration's local memory."""
+    """The model's picks are the H100's best blocks where they were measured (skinny_check.py):
+    one src row and one float4 of columns for the bench shape (64 work-groups, 32 rounds per
+    work-item), 8 x 32 at 64x1024x1024 and 1 x 16 at 1x4096x4096; every pick fits the kernel's
+    layout and the configuration's local memory."""
     f32 = lambda ext, k, s_x, s_k: matmul_skinny._Layout("f32", ext, k, s_x, s_k, ())  # noqa: E731
     blk = matmul_skinny.choose_block(8, 32, 32768, 1, f32(8, 32768, 32768, 1), f32(32, 32768, 1, 32), GPU)
-    assert blk == matmul_skinny.Block(1, 8, 4, 256) and (blk.nt, blk.kt) == (2, 128)
+    assert blk == matmul_skinny.Block(1, 4, 4, 256) and (blk.nt, blk.kt) == (1, 256)
+    assert matmul_skinny.choose_block(64, 1024, 1024, 1, f32(64, 1024, 1024, 1), f32(1024, 1024, 1, 1024),
+                                      GPU) == matmul_skinny.Block(8, 32, 4, 256)
+    assert matmul_skinny.choose_block(1, 4096, 4096, 1, f32(1, 4096, 4096, 1), f32(4096, 4096, 1, 4096),
+                                      GPU) == matmul_skinny.Block(1, 16, 4, 256)
     small = KernelConfig(vector_width=1, local_size=256, local_memory=8192)
     for m, k, n in [(16, 4096, 64), (1, 4096, 4096), (2, 100, 3)]:
         for config in (GPU, small):
