@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyopencl as cl
 import pytest
@@ -195,8 +197,9 @@ async def test_pocl_out_of_order_stream_has_a_lane_per_core(rt, no_env):
         pytest.skip("cpu:0 is not PoCL here")
     stream = await engine.stream(StreamFlags.out_of_order)
     assert stream.strategy == "lanes"
-    lanes = max(2, min(8, engine.info.max_compute_units))
-    assert len(stream.cl_queues) == lanes == stream.statistics().queues
+    assert engine.out_of_order_strategy.lanes == max(2, min(8, engine.info.max_compute_units))
+    # Lane 0 only, until a kernel that may overlap takes another.
+    assert len(stream.cl_queues) == 1 == stream.statistics().queues
     assert not any(queue.properties & _OOO for queue in stream.cl_queues)
 
     in_order = await engine.stream()
@@ -212,12 +215,59 @@ async def test_lanes_from_environment(rt, monkeypatch):
     assert (engine.out_of_order_strategy.kind, engine.out_of_order_strategy.lanes) == ("lanes", 3)
     stream = await engine.stream(StreamFlags.out_of_order)
     assert stream.strategy == "lanes"
-    assert len(stream.cl_queues) == 3
-    assert len({q.int_ptr for q in stream.cl_queues}) == 3
+    assert len(stream.cl_queues) == 1  # the other lanes open when a kernel first takes one
     assert not any(q.properties & _OOO for q in stream.cl_queues)
-    assert stream.statistics().queues == 3
     # An in-order stream of the same engine keeps one queue.
     assert len((await engine.stream()).cl_queues) == 1
+
+
+async def test_spread_lanes_open_one_by_one(rt, monkeypatch, rng):
+    monkeypatch.setenv("TRIODNN_OOO_STRATEGY", "lanes:3:spread")
+    engine = await rt.engine()
+    desc = triodnn.MemoryDesc((64,))
+    relu = await engine.create_primitive(triodnn.EltwiseDesc("relu", desc))
+    assert not relu.overlaps
+    x = rng.standard_normal(64).astype(np.float32)
+    src = await engine.from_numpy(x)
+    dsts = [engine.memory(desc) for _ in range(4)]
+    stream = await engine.stream(StreamFlags.out_of_order)
+    events = [stream.execute(relu, {"src": src, "dst": dst}) for dst in dsts]
+    assert [e._submission.lane for e in events] == [0, 1, 2, 0]  # spread: every kernel in turn
+    assert len({q.int_ptr for q in stream.cl_queues}) == 3 == stream.statistics().queues
+    await stream.wait()
+    for dst in dsts:
+        np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
+
+
+async def test_long_underfilling_kernels_take_lanes_of_their_own(rt, no_env, rng):
+    """The default rule: a kernel that leaves compute units idle and runs long goes to a lane in
+    turn (two such matmuls overlap); a kernel that fills the device or ends soon stays on lane 0."""
+    engine = await rt.engine()
+    m, k, n = 8, 32768, 32
+    matmul = await engine.create_primitive(triodnn.MatmulDesc(
+        triodnn.MemoryDesc((m, k)), triodnn.MemoryDesc((k, n)), triodnn.MemoryDesc((m, n))))
+    spec = matmul.spec
+    groups = math.prod(spec.global_size) // math.prod(spec.local_size)
+    if groups >= engine.info.max_compute_units:
+        pytest.skip(f"this device's matmul fills its {engine.info.max_compute_units} compute units")
+    assert matmul.overlaps
+    relu = await engine.create_primitive(triodnn.EltwiseDesc("relu", triodnn.MemoryDesc((m, n))))
+    assert not relu.overlaps
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    src, wei = await engine.from_numpy(a), await engine.from_numpy(w)
+    outs = [engine.memory(triodnn.MemoryDesc((m, n))) for _ in range(3)]
+    stream = await engine.stream(StreamFlags.out_of_order)
+    first = stream.execute(matmul, {"src": src, "weights": wei, "dst": outs[0]})
+    second = stream.execute(matmul, {"src": src, "weights": wei, "dst": outs[1]})
+    after = stream.execute(relu, {"src": outs[1], "dst": outs[2]}, deps=[second])
+    assert (first._submission.lane, second._submission.lane) == (0, 1)
+    assert after._submission.lane == 1  # follows the lane of what it waits for
+    await stream.wait()
+    expected = a.astype(np.float64) @ w
+    for out in outs[:2]:
+        np.testing.assert_allclose(await out.to_numpy(), expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(await outs[2].to_numpy(), np.maximum(expected, 0), rtol=1e-4, atol=1e-3)
 
 
 async def test_invalid_strategy_environment_fails_engine_open(rt, monkeypatch):
