@@ -90,8 +90,13 @@ class Event:
 
     @property
     def cl_event(self) -> cl.Event:
-        """The pyopencl event of the command, for interop; ``NotSubmittedError`` before enqueue."""
+        """The pyopencl event of the command, for interop; ``NotSubmittedError`` before enqueue.
+
+        Its queue is flushed first: another queue may wait for the event only then (OpenCL's
+        rule), and triodnn otherwise flushes at the end of the scheduler pass."""
         submission = self._submission
+        if submission.native is not None:
+            submission.actor.flush()
         if submission.native is None:
             if submission.failure is not None:
                 raise NotSubmittedError(f"{submission.label} was never enqueued: {submission.failure}")

@@ -194,6 +194,9 @@ async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
             "triodnn.graph.CompiledPartition"
         )
     await event.wait_submitted()
+    # The caller's own queues may wait for this event at once: OpenCL requires the queue that
+    # holds it to be flushed first (triodnn flushes at the end of the scheduler pass otherwise).
+    stream._actor.flush()
     submission = event._submission
     if submission.native is None:
         failure = submission.failure

@@ -460,7 +460,8 @@ async def test_a_raising_allocate_surfaces_typed_and_leaks_nothing(device, conte
         assert freed.event is None
         assert engine.statistics().live_buffers == live
 
-        await execute(compiled, stream, [inp], [out])  # the allocator works again
+        done = await execute(compiled, stream, [inp], [out])  # the allocator works again
+        await trio.to_thread.run_sync(done.wait)  # execute awaits the enqueue only
         np.testing.assert_allclose(await out.to_numpy(), softmax4(x), rtol=1e-5, atol=1e-7)
     del inp, out
     gc.collect()
