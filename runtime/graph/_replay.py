@@ -30,7 +30,7 @@ from .._memory import Memory
 from .._stream import Stream
 from .._values._errors import ClosedError
 from .._values._memory_desc import MemoryDesc
-from ..actors import KernelSequence, LaunchPlan, Submission
+from ..actors import KernelSequence, LaunchPlan, StreamActor, Submission
 from ..actors._allocator import note_uses
 
 if TYPE_CHECKING:
@@ -53,9 +53,9 @@ class _Scratch:
         self.memories = memories
         self.buffers = tuple(m.cl_buffer for m in memories)
         self.last: Submission | None = None
-        self.actor = None  # the stream actor of the last run
+        self.actor: StreamActor | None = None  # the stream actor of the last run
 
-    def free_for(self, actor) -> bool:
+    def free_for(self, actor: StreamActor) -> bool:
         last = self.last
         if last is None or last.completed or last.failure is not None:
             return True
