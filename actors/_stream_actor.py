@@ -227,9 +227,11 @@ class StreamActor:
                 lane, cl_event = self._enqueue_sequence(command, wait_for)
             else:
                 lane = 0
-                if self._lanes and (wait_for or self._spread or not self._fenced[0] or (
-                        type(command) is KernelLaunch and command.primitive.overlaps)):
-                    lane = self._choose_lane(wait_for, type(command) is KernelLaunch and command.primitive.overlaps)
+                if self._lanes:
+                    # Only kernels take lanes in turn: copies and sync points stay where they wait.
+                    rotate = type(command) is KernelLaunch and (self._spread or command.primitive.overlaps)
+                    if wait_for or rotate or not self._fenced[0]:
+                        lane = self._choose_lane(wait_for, rotate)
                 cl_event = self._enqueue(command, self.queues[lane], wait_for)
                 self._placed(lane, cl_event)
         except DependencyError as exc:
@@ -285,7 +287,7 @@ class StreamActor:
                 waited.update(after)
             else:
                 step_wait = list(wait_for)
-            lane = self._choose_lane(step_wait, step.overlaps) if self._lanes else 0
+            lane = self._choose_lane(step_wait, step.overlaps or self._spread) if self._lanes else 0
             if after and self._lanes:  # a lane orders its own commands: wait only across lanes
                 same = {id(events[j]) for j in after if lanes[j] == lane}
                 step_wait = [e for e in step_wait if id(e) not in same]
@@ -345,11 +347,12 @@ class StreamActor:
         threading.Thread(target=relay, name="triodnn-foreign-dependency", daemon=True).start()
         return user_event
 
-    def _choose_lane(self, wait_for: list[cl.Event], overlaps: bool) -> int:
+    def _choose_lane(self, wait_for: list[cl.Event], rotate: bool) -> int:
         """The lane of a command waiting for ``wait_for`` (to which the fence of a barrier is
         added where the lane has not waited for it yet): the lane whose last command it waits
-        for, else a lane in turn for a kernel that may overlap, else lane 0. Lanes holding the
-        events it waits for are flushed (OpenCL requires it for events of another queue)."""
+        for, else with ``rotate`` (a kernel that may overlap, or any kernel under ``spread``) a
+        lane in turn, else lane 0. Lanes holding the events it waits for are flushed (OpenCL
+        requires it for events of another queue)."""
         # By object identity: the tails are the very event objects the submissions hold
         # (an address lookup cost two ``int_ptr`` calls per command).
         head = self._tails[0]
@@ -358,7 +361,7 @@ class StreamActor:
             if lane is not None:
                 break
         else:
-            if overlaps or self._spread:
+            if rotate:
                 lane = self._next_lane
                 self._next_lane = (lane + 1) % self._max_lanes
                 if lane == len(self.queues):
@@ -403,6 +406,11 @@ class StreamActor:
         raise TypeError(f"unknown stream command {command!r}")
 
     def _enqueue_sync_point(self, barrier: bool, queue: cl.CommandQueue, wait_for: list[cl.Event]) -> cl.Event:
+        if self.mode == "lanes" and len(self.queues) == 1:  # one lane open: an in-order queue
+            cl_event = cl.enqueue_marker(queue, wait_for=wait_for or None)
+            if barrier:
+                self._fence = [cl_event]  # lanes opened later wait for it
+            return cl_event
         if self.mode == "lanes":
             index = self.queues.index(queue)
             others = [t for lane, t in enumerate(self._tails) if t is not None and lane != index]

@@ -109,9 +109,33 @@ async def test_stream_wait_covers_everything_submitted(rt, flags, strategy, monk
     np.testing.assert_array_equal(await src.to_numpy(), 0)
 
 
-@pytest.mark.parametrize("strategy", [None, "lanes:3"])
+async def test_lanes_opened_after_a_barrier_wait_for_it(rt, monkeypatch, x, gate):
+    monkeypatch.setenv("TRIODNN_OOO_STRATEGY", "lanes:3:spread")
+    engine = await rt.engine()
+    square = await engine.create_primitive(EltwiseDesc("square", DESC))
+    stream = await engine.stream(OOO)
+    src = await engine.from_numpy(x)
+    mid = engine.memory(DESC)
+    outs = [engine.memory(DESC) for _ in range(2)]
+    with gate(engine.cl_context) as g:
+        first = stream.execute(square, {"src": src, "dst": mid}, deps=[g])
+        barrier = stream.barrier()
+        assert stream.statistics().queues == 1  # only lane 0 is open at the barrier
+        seconds = [stream.execute(square, {"src": mid, "dst": o}) for o in outs]
+        assert [e._submission.lane for e in seconds] == [1, 2]  # opened after it
+        await settle()
+        assert not any(e.done for e in [first, barrier, *seconds])
+    for event in seconds:
+        await event
+    for out in outs:
+        tolerance.check(await out.to_numpy(), ref("square", ref("square", x)), tolerance.ELTWISE)
+
+
+@pytest.mark.parametrize("strategy", [None, "lanes:3", "lanes:3:spread", "native"])
 async def test_barrier_orders_later_commands_without_deps(rt, strategy, monkeypatch, x, gate):
-    """After barrier(), commands with no deps still see the results of everything before it."""
+    """After barrier(), commands with no deps still see the results of everything before it,
+    on lanes opened after the barrier too (``spread``: the firsts go to lanes 0-2; lane 0 is
+    the only one open at the barrier when the kernels stay there)."""
     if strategy:
         monkeypatch.setenv("TRIODNN_OOO_STRATEGY", strategy)
     engine = await rt.engine()
