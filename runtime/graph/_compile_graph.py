@@ -52,7 +52,7 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
     ``handlers`` maps op kinds (``"Wildcard"``), partition ids or ``Partition`` objects to
     ``Handler``s or plain callables. An unsupported partition without one raises
     ``MissingHandlerError`` naming its op kinds, before anything compiles. ``inputs``, logical
-    tensors keyed by id like ``Partition.compile``'s, gives graph inputs new shapes or layouts;
+    tensors as a list or a dict keyed by their ids, gives graph inputs new shapes or layouts;
     shapes are re-inferred downstream (handler outputs keep the shapes the graph declares).
     ``constants``, ``{input id: array, Tensor or Memory}``, gives the runner those inputs once
     (``GraphRunner.set_constants``): its runs may omit them.
@@ -77,6 +77,19 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
     graph_inputs = graph.input_tensors()
     given: dict[int, LogicalTensor] = {}
     if inputs is not None:
+        if isinstance(inputs, dict):
+            for key, lt in inputs.items():
+                if not isinstance(lt, LogicalTensor):
+                    raise InvalidArgumentError(f"inputs[{key!r}] is {type(lt).__name__}, expected LogicalTensor")
+                if key != lt.id:
+                    raise InvalidArgumentError(
+                        f"inputs[{key!r}] is logical tensor {lt.id}: keys are the tensors' ids"
+                    )
+            inputs = list(inputs.values())
+        elif isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__iter__"):
+            raise InvalidArgumentError(
+                f"inputs is {type(inputs).__name__}; expected logical tensors, as a list or keyed by id"
+            )
         for lt in inputs:
             if not isinstance(lt, LogicalTensor):
                 raise InvalidArgumentError(f"inputs holds {type(lt).__name__}, expected LogicalTensor")
