@@ -8,12 +8,14 @@ depends on kernel j-1 (``deps``). Variants, interleaved in each repetition (rota
 engine, same primitive, same buffers:
 
 * in-order      -- a triodnn in-order stream;
-* out-of-order  -- a triodnn out-of-order stream with the engine's own strategy (PoCL: one native
-                   out-of-order queue; NVIDIA: 8 in-order lanes);
+* out-of-order  -- a triodnn out-of-order stream with the engine's own strategy (lanes: lane 0
+                   for every kernel that does not leave the device idle for long, see
+                   ``triodnn.actors._ooo_policy``; PoCL one lane per core, NVIDIA 8);
 * forced        -- for reference, an out-of-order stream of a second engine (same device, its
                    own context, primitive and buffers) opened with ``TRIODNN_OOO_STRATEGY`` set to
-                   the other strategy (``lanes:8`` where the default is native, ``native`` where
-                   it is lanes); the variable is read when an engine opens;
+                   ``lanes:N:spread`` (every independent kernel on the next lane, the placement
+                   before issue 16; ``lanes:8`` where the default is native); the variable is
+                   read when an engine opens;
 * host wait    -- the in-order and out-of-order streams again, but the batch ends with a
                    blocking ``clWaitForEvents`` on a marker instead of ``await``: the device's
                    concurrency through triodnn's submission path, without its completion path;
@@ -123,6 +125,13 @@ class Workload:
         return [await chain[-1].to_numpy() for chain in self.chains]
 
 
+def _strategy_name(engine) -> str:
+    strategy = engine.out_of_order_strategy
+    if strategy.kind == "native":
+        return "native"
+    return f"lanes:{strategy.lanes}" + (":spread" if strategy.spread else "")
+
+
 class TriodnnVariant:
     """Submit through a triodnn stream; ``await stream.wait()``, or with ``host_wait`` a blocking
     ``clWaitForEvents`` on the stream's marker (isolates the device's concurrency from triodnn's
@@ -193,7 +202,7 @@ async def run(args):
     async with triodnn.open_runtime() as runtime:
         engine = await common.open_engine(runtime, args)
         default = engine.out_of_order_strategy
-        other = "lanes:8" if default.kind == "native" else "native"
+        other = "lanes:8" if default.kind == "native" else f"lanes:{default.lanes}:spread"
         forced_engine = None
         if not args.no_forced:
             with environment(STRATEGY_ENV, other):
@@ -216,9 +225,10 @@ async def run(args):
             except cl.Error as exc:
                 print(f"(no raw out-of-order queue on this device: {exc})")
             raw_queues["raw 8 queues"] = [cl.CommandQueue(ctx, dev) for _ in range(KERNELS)]
-        oo_name = f"out-of-order ({out_of_order.strategy}:{len(out_of_order.cl_queues)})"
+        # Lanes open as kernels take them: name the engine's strategy, not the queues open now.
+        oo_name = f"out-of-order ({_strategy_name(engine)})"
         hw_oo_name = f"{oo_name}, host wait"
-        forced_name = (f"forced {forced.strategy}:{len(forced.cl_queues)} (2nd engine)" if forced else None)
+        forced_name = (f"forced {_strategy_name(forced_engine)} (2nd engine)" if forced else None)
         common.print_header(
             "bench_ooo: 8 independent kernels, out-of-order vs in-order stream",
             engine,
