@@ -2,11 +2,18 @@
 
 ``triodnn.start_blocking()`` runs ``open_runtime()`` in a background thread with its own trio
 loop and returns a ``BlockingPortal``; its calls block the calling thread until the runtime's
-thread has done the work. Every triodnn object the portal hands out is wrapped so that its
-async methods block and its plain methods run on the runtime's thread too (stream submissions
-touch trio channels, which belong to that thread). Any number of threads may use one portal at
-once. ``close()`` (or leaving a ``with`` block) shuts the runtime down as ``open_runtime`` does:
-streams finish what was submitted, then the thread ends.
+thread has done the work. Every triodnn object the portal hands out (runtime, engines, streams,
+events, memory, primitives, and the Graph API's partitions, compiled partitions, runners and
+tensors) is wrapped so that its methods run on the runtime's thread (stream submissions touch
+trio channels, which belong to that thread), an awaitable a method returns is awaited there
+(``partition.compile(engine)``, ``runner.run(...)``, ``tensor.to_numpy()``) unless it is an
+object of the API itself (an ``Event``: ``.wait()`` it), and results come back wrapped again.
+Wrapped objects given as arguments are unwrapped wherever they sit (positional, keyword, inside
+lists, tuples, dicts, generators), so ``runner.run(stream, {0: tensor})`` sees the real objects.
+A runner's ``map`` comes back as a ``BlockingPipeline``, a plain iterator. Any number of threads
+may use one portal at once. ``close()`` (or leaving a ``with`` block) shuts the runtime down as
+``open_runtime`` does: pipelines still open are closed, streams finish what was submitted, then
+the thread ends.
 
     with triodnn.start_blocking() as portal:
         engine = portal.engine()
@@ -15,6 +22,11 @@ streams finish what was submitted, then the thread ends.
         dst = engine.memory(desc)
         engine.stream().execute(relu, {"src": src, "dst": dst}).wait()
         print(dst.to_numpy())
+
+        runner = portal.run(triodnn.graph.compile_graph, graph, engine)
+        outputs = runner.run(engine.stream(), {0: x})                  # {output id: array}
+        for outputs in runner.map(requests, stream=engine.stream()):   # in input order
+            ...
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections.abc import Iterator
 
 import trio
 
@@ -32,7 +45,7 @@ from ._primitive import Primitive
 from ._runtime import Runtime, open_runtime
 from ._stream import Stream
 from ._values._errors import ClosedError, InvalidArgumentError
-from .graph import CompiledPartition, Tensor
+from .graph import CompiledPartition, GraphRunner, Partition, Pipeline, Tensor
 
 
 class BlockingPortal:
@@ -41,10 +54,11 @@ class BlockingPortal:
     def __init__(self, **runtime_options) -> None:
         self._options = runtime_options
         self._token: trio.lowlevel.TrioToken | None = None
-        # The runtime and the stop event exist from _serve's start until the thread ends; the
-        # constructor returns only once they do.
+        # The runtime, the stop event and the nursery that hosts pipelines exist from _serve's
+        # start until the thread ends; the constructor returns only once they do.
         self._runtime: Runtime | None = None
         self._stop: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self._closed = False
@@ -66,11 +80,16 @@ class BlockingPortal:
 
     async def _serve(self) -> None:
         async with open_runtime(**self._options) as runtime:
-            self._runtime = runtime
-            self._token = trio.lowlevel.current_trio_token()
-            self._stop = trio.Event()
-            self._ready.set()
-            await self._stop.wait()
+            # Inside the runtime: pipelines left open close (their requests cancelled, buffers
+            # released) before the runtime shuts down.
+            async with trio.open_nursery() as nursery:
+                self._runtime = runtime
+                self._nursery = nursery
+                self._token = trio.lowlevel.current_trio_token()
+                self._stop = trio.Event()
+                self._ready.set()
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
 
     # -- calling in ------------------------------------------------------------------------------
 
@@ -84,16 +103,32 @@ class BlockingPortal:
             )
 
     def run(self, async_fn, *args, **kwargs):
-        """``await async_fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped."""
+        """``await async_fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped.
+        Wrapped objects among the arguments are unwrapped first:
+        ``portal.run(compile_graph, graph, engine)`` returns a wrapped ``GraphRunner``."""
         self._check_open()
         call = functools.partial(async_fn, *args, **kwargs)
         return self._wrap(trio.from_thread.run(_unwrap_call, call, trio_token=self._token))
 
     def run_sync(self, fn, *args, **kwargs):
-        """``fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped."""
+        """``fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped. A coroutine (or
+        other awaitable that is no triodnn object) it returns is awaited there too, so nothing
+        is left never awaited: ``portal.run_sync(partition.compile, engine)`` compiles."""
         self._check_open()
         call = functools.partial(fn, *args, **kwargs)
-        return self._wrap(trio.from_thread.run_sync(_unwrap_sync, call, trio_token=self._token))
+        result = trio.from_thread.run_sync(_unwrap_sync, call, trio_token=self._token)
+        if isinstance(result, _Pending):
+            result = self._settle(result.awaitable)
+        return self._wrap(result)
+
+    def _settle(self, awaitable):
+        """Await on the runtime's thread what a plain call returned (a second hop: run_sync
+        cannot await, and most plain calls, submissions above all, return no awaitable)."""
+        try:
+            return trio.from_thread.run(_await, awaitable, trio_token=self._token)
+        finally:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # a no-op once it ran; else no never-awaited warning
 
     @property
     def runtime(self):
@@ -108,13 +143,37 @@ class BlockingPortal:
             return self.run(runtime.engine)
         return self.run(runtime.engine, kind, index)
 
+    def map(self, runner, inputs, *, stream, max_in_flight: int = 4, deps=(),
+            as_tensors: bool = False) -> BlockingPipeline:
+        """``runner.map(...)`` as a plain iterator over the results, in input order::
+
+            for outputs in portal.map(runner, inputs, stream=stream, max_in_flight=4):
+                ...
+
+        ``runner`` is a ``GraphRunner``, wrapped or not. See ``BlockingPipeline``."""
+        return self.run_sync(_unwrap(runner).map, inputs, stream=stream, max_in_flight=max_in_flight,
+                             deps=deps, as_tensors=as_tensors)
+
     # -- wrapping ----------------------------------------------------------------------------------
+
+    def wrap(self, value):
+        """``value`` as the portal hands objects out: triodnn objects made without the portal
+        (the partitions of ``graph.get_partitions()``, say) wrapped, inside lists, tuples and
+        dict values too; anything else as it is. A triodnn class is wrapped too, so that its
+        constructor and async class methods go through the portal:
+        ``Tensor = portal.wrap(triodnn.graph.Tensor)``, then ``Tensor(lt, engine)`` and
+        ``Tensor.from_numpy(lt, engine, array)``."""
+        if isinstance(value, type) and issubclass(value, _live_classes()):
+            return Blocking(self, value)
+        return self._wrap(value)
 
     def _wrap(self, value):
         if isinstance(value, (list, tuple)) and any(_is_triodnn(v) for v in value):
             return type(value)(self._wrap(v) for v in value)
         if isinstance(value, dict) and any(_is_triodnn(v) for v in value.values()):
             return {k: self._wrap(v) for k, v in value.items()}
+        if isinstance(value, Pipeline):
+            return BlockingPipeline(self, value)
         if _is_triodnn(value):
             return Blocking(self, value)
         return value
@@ -122,7 +181,8 @@ class BlockingPortal:
     # -- closing -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Shut the runtime down (submitted work completes first) and end its thread."""
+        """Shut the runtime down (open pipelines close, submitted work completes) and end its
+        thread."""
         with self._lock:
             if self._closed:
                 return
@@ -155,13 +215,26 @@ def _unwrap_args(args, kwargs):
 def _unwrap(value):
     if isinstance(value, Blocking):
         return value._target
+    if isinstance(value, BlockingPipeline):
+        return value._pipeline
     if isinstance(value, list):
         return [_unwrap(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_unwrap(v) for v in value)
     if isinstance(value, dict):
         return {k: _unwrap(v) for k, v in value.items()}
+    if inspect.isgenerator(value):
+        # runner.map's inputs: each request dict is unwrapped as the pipeline pulls it.
+        return _unwrapping(value)
     return value
+
+
+def _unwrapping(items):
+    try:
+        for item in items:
+            yield _unwrap(item)
+    finally:
+        items.close()  # the pipeline closes this generator once done; the caller's goes with it
 
 
 async def _unwrap_call(call: functools.partial):
@@ -174,7 +247,23 @@ async def _unwrap_call(call: functools.partial):
 
 def _unwrap_sync(call: functools.partial):
     args, kwargs = _unwrap_args(call.args, call.keywords)
-    return call.func(*args, **kwargs)
+    result = call.func(*args, **kwargs)
+    if inspect.isawaitable(result) and not _is_triodnn(result):
+        return _Pending(result)  # trio refuses a coroutine as run_sync's result
+    return result
+
+
+class _Pending:
+    """An awaitable a plain call returned, boxed on its way to ``BlockingPortal._settle``."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable) -> None:
+        self.awaitable = awaitable
+
+
+async def _await(awaitable):
+    return await awaitable
 
 
 def _is_triodnn(value) -> bool:
@@ -183,15 +272,18 @@ def _is_triodnn(value) -> bool:
 
 @functools.cache
 def _live_classes() -> tuple[type, ...]:
-    """Objects tied to the runtime's thread (actors, channels, events). Values (descriptors,
-    identities, statistics, logical tensors) and pure-Python graph objects pass unwrapped."""
-    return (Runtime, Engine, Stream, Event, Memory, Primitive, CompiledPartition, Tensor)
+    """Objects tied to the runtime's thread (actors, channels, events) or with async methods
+    (a partition compiles). Values (descriptors, identities, statistics, logical tensors) and
+    the pure-Python graph (graphs, ops) pass unwrapped."""
+    return (Runtime, Engine, Stream, Event, Memory, Primitive, Partition, CompiledPartition,
+            GraphRunner, Pipeline, Tensor)
 
 
 class Blocking:
-    """A triodnn object seen from outside the runtime's thread: its coroutine methods block, its
-    other methods run on the runtime's thread, and results come back wrapped the same way.
-    ``wait()`` on a wrapped Event blocks until the command completes."""
+    """A triodnn object seen from outside the runtime's thread: its methods run on the runtime's
+    thread and block until done, an awaitable one returns is awaited there (but an ``Event``
+    comes back wrapped: ``wait()`` blocks until its command completes), and results come back
+    wrapped the same way. Wrapped arguments are unwrapped first."""
 
     __slots__ = ("_portal", "_target")
 
@@ -210,8 +302,24 @@ class Blocking:
             return functools.partial(self._portal.run, value)
         return functools.partial(self._portal.run_sync, value)
 
+    def __call__(self, *args, **kwargs):
+        """A wrapped class (``portal.wrap(Tensor)``): construct on the runtime's thread."""
+        return self._portal.run_sync(self._target, *args, **kwargs)
+
     def __repr__(self) -> str:
         return f"Blocking({self._target!r})"
+
+    def __dir__(self):  # a notebook's completion lists the target's methods
+        return sorted(set(dir(type(self))) | set(dir(self._target)))
+
+    # Two wrappers of one object are equal: the portal wraps anew each time it hands one out.
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Blocking):
+            return self._target == other._target
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._target)
 
     def __enter__(self):
         return self
@@ -220,6 +328,137 @@ class Blocking:
         exit_ = getattr(self._target, "__exit__", None)
         if exit_ is not None:
             self._portal.run_sync(exit_, *exc_info)
+
+
+class _End:
+    """The end of a pipeline's results (a StopAsyncIteration does not cross threads cleanly)."""
+
+
+_END = _End()
+
+
+async def _next_result(pipeline: Pipeline):
+    try:
+        return await pipeline.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+class BlockingPipeline:
+    """``GraphRunner.map``'s ``Pipeline`` through the portal: a plain iterator over the results,
+    in input order::
+
+        with runner.map(inputs, stream=stream, max_in_flight=4) as results:
+            for outputs in results:
+                ...
+        for outputs in runner.map(inputs, stream=stream):   # a bare loop closes it on its own
+            ...
+
+    The pipeline's ``async with`` block is held open by a task of the portal's nursery from the
+    first iteration (or ``with``) until it closes. Inside a ``with`` block the block owns the
+    pipeline, as in the async API: leaving it closes it. A loop outside one owns it itself: its
+    end, a ``break`` or an exception closes it. Closing cancels the requests in flight and
+    releases their buffers before it returns; closing the portal closes pipelines still open.
+    Inputs are pulled on the runtime's thread: a generator of inputs must not call the portal.
+    """
+
+    def __init__(self, portal: BlockingPortal, pipeline: Pipeline) -> None:
+        self._portal = portal
+        self._pipeline = pipeline
+        self._lock = threading.Lock()
+        self._state = "new"               # new, open, closed
+        self._entered = False
+        self._leave: trio.Event | None = None   # set by close: the host task leaves the block
+        self._left: trio.Event | None = None    # set by the host task once the block has exited
+        self._error: Exception | None = None    # what leaving the block raised
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._pipeline.max_in_flight
+
+    def statistics(self):
+        return self._portal.run_sync(self._pipeline.statistics)
+
+    def _open(self) -> bool:
+        with self._lock:
+            if self._state == "new":
+                self._portal.run(self._start)
+                self._state = "open"
+            return self._state == "open"
+
+    async def _start(self) -> None:
+        self._leave, self._left = trio.Event(), trio.Event()
+        nursery = self._portal._nursery
+        assert nursery is not None, "the portal's constructor returns once it is serving"
+        await nursery.start(self._host)
+
+    async def _host(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        assert self._leave is not None and self._left is not None, "_start made them"
+        entered = False
+        try:
+            async with self._pipeline:
+                entered = True
+                task_status.started()
+                await self._leave.wait()
+        except Exception as exc:
+            if not entered:
+                raise  # reaches the caller of _start (nursery.start)
+            self._error = exc  # raised by close(); the portal's nursery must not fail
+        finally:
+            self._left.set()
+
+    async def _exit(self) -> None:
+        assert self._leave is not None and self._left is not None, "_start made them"
+        self._leave.set()
+        await self._left.wait()
+
+    def __iter__(self) -> Iterator:
+        if not self._open():
+            return iter(())
+        return self._results()
+
+    def _results(self) -> Iterator:
+        try:
+            while True:
+                result = self._portal.run(_next_result, self._pipeline)
+                if result is _END:
+                    return
+                yield result
+        finally:
+            if not self._entered:
+                self.close()
+
+    def close(self) -> None:
+        """Stop pulling inputs, cancel the requests in flight; returns once their buffers are
+        released and the pipeline's block has exited. Idempotent."""
+        with self._lock:
+            state, self._state = self._state, "closed"
+        if state != "open":
+            return
+        try:
+            self._portal.run(self._exit)
+        except (ClosedError, trio.RunFinishedError):
+            return  # the portal closed: closing it cancelled the host task, which closed this
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __enter__(self) -> BlockingPipeline:
+        with self._lock:
+            if self._entered or self._state != "new":
+                raise InvalidArgumentError(
+                    "this pipeline was entered or iterated already; call runner.map(...) again "
+                    "for another"
+                )
+            self._entered = True
+        self._open()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"BlockingPipeline({self._state}, max_in_flight={self.max_in_flight})"
 
 
 def start_blocking(**runtime_options) -> BlockingPortal:
