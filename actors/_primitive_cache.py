@@ -70,7 +70,17 @@ def check_capacity(capacity) -> int:
 
 @attrs.frozen
 class CacheStatistics:
-    """A snapshot of a cache: entries, capacity and what requests found."""
+    """A snapshot of a cache: entries, capacity and what requests found.
+
+    ``hits``: requests the cache answered; ``misses``: lookups that found neither an entry nor a
+    build in flight, so they had to start one; ``coalesced_waits``: requests that joined a build
+    in flight. ``builds``: builds a cache actor actually started (a build is what costs time).
+    It equals ``misses`` unless a runtime closed between a miss and its build starting (a miss,
+    no build), and a build abandoned at shutdown counts even though its waiters look the key up
+    again (another miss, another build). ``failed_builds`` and ``in_flight_builds`` are among
+    ``builds``; the built entries are ``builds - failed_builds - in_flight_builds`` less the
+    abandoned ones.
+    """
 
     size: int
     capacity: int
@@ -80,6 +90,7 @@ class CacheStatistics:
     coalesced_waits: int
     in_flight_builds: int
     failed_builds: int
+    builds: int
 
 
 @attrs.frozen
@@ -176,6 +187,7 @@ class PrimitiveCache(Generic[V, S]):
         self._entries: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
         self._flights: dict[Hashable, Flight[V]] = {}
         self._hits = self._misses = self._evictions = self._coalesced = self._failed = 0
+        self._builds = 0
 
     @property
     def capacity(self) -> int:
@@ -199,6 +211,7 @@ class PrimitiveCache(Generic[V, S]):
                 coalesced_waits=self._coalesced,
                 in_flight_builds=len(self._flights),
                 failed_builds=self._failed,
+                builds=self._builds,
             )
 
     def lookup(self, key: Hashable) -> tuple[str, V | Flight[V]]:
@@ -219,6 +232,11 @@ class PrimitiveCache(Generic[V, S]):
             self._misses += 1
             flight = self._flights[key] = Flight(key, self._failure)
             return "build", flight
+
+    def note_build_started(self) -> None:
+        """A cache actor started a build that ``lookup`` asked for (``builds``)."""
+        with self._lock:
+            self._builds += 1
 
     @overload
     def complete(self, flight: Flight[V], value: V) -> None: ...
@@ -351,6 +369,7 @@ class CacheActor(Generic[V, S]):
             return value, "cache_miss" if outcome == "build" else "cache_coalesced"
 
     async def _build(self, flight: Flight[V], build: Callable[[], Awaitable[V]]) -> None:
+        self.cache.note_build_started()
         try:
             async with self._limiter:
                 value = await build()

@@ -17,6 +17,7 @@ from ._memory import Memory
 from ._primitive import Primitive
 from ._stream import Stream, StreamFlags
 from ._values import _cache_blob
+from ._values._dtypes import input_dtype_of
 from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
 from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
 from ._values._memory_desc import MemoryDesc
@@ -64,7 +65,9 @@ class Engine:
         self._build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) if correct else ()
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.index} ({self.info.name})"
+        # The context tells two engines of one device apart (ocl_interop.make_engine, a second
+        # runtime): EngineMismatchError's messages print both sides.
+        return f"{self.kind}:{self.index} ({self.info.name}, context {self._actor.context.int_ptr:#x})"
 
     @property
     def identity(self) -> EngineIdentity:
@@ -101,9 +104,15 @@ class Engine:
         return Memory(self, desc, buffer=self._actor.allocator.allocate(desc.nbytes))
 
     async def from_numpy(self, array, desc: MemoryDesc | None = None) -> Memory:
-        """A memory object holding a copy of ``array`` (dense row-major unless ``desc`` says)."""
+        """A memory object holding a copy of ``array`` (dense row-major unless ``desc`` says).
+
+        Without ``desc`` the memory takes the array's own data type where triodnn has it, else
+        f32 for floats (float64) and s32 for integers (int64, checked to fit): the input policy
+        of ``Memory.write`` (README, Inputs), which converts into ``desc``'s type otherwise."""
         array = np.asarray(array)
-        memory = self.memory(desc if desc is not None else MemoryDesc.like(array))
+        if desc is None:
+            desc = MemoryDesc(tuple(array.shape), input_dtype_of(array.dtype))
+        memory = self.memory(desc)
         try:
             await memory.write(array)
         except BaseException:

@@ -9,7 +9,7 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
-from ._values._dtypes import from_storage, to_storage
+from ._values._dtypes import convert_input, from_storage
 from ._values._errors import ArgumentMismatchError, ClosedError
 from ._values._memory_desc import MemoryDesc, strides_for_tag
 
@@ -85,7 +85,10 @@ class Memory:
         self.release()
 
     async def write(self, array: np.ndarray, *, deps=()) -> None:
-        """Copy ``array`` (shape ``desc.dims``) into this memory and wait for the copy."""
+        """Copy ``array`` (shape ``desc.dims``) into this memory and wait for the copy. Its
+        dtype is converted by triodnn's input policy (README, Inputs): floats round into float
+        memory, boolean memory takes ``value != 0``, integer memory exact values only (else
+        ``ArgumentMismatchError``)."""
         await self.engine._host_stream.write(self, array, deps=deps)
 
     async def to_numpy(self, *, deps=()) -> np.ndarray:
@@ -99,14 +102,17 @@ def _is_row_major(desc: MemoryDesc) -> bool:
     return desc.strides == strides_for_tag(desc.dims, "abcdefghijkl"[: desc.ndims])
 
 
-def stage(desc: MemoryDesc, array) -> np.ndarray:
-    """``array`` laid out as ``desc`` says, as a flat host array of ``desc.span`` elements."""
+def stage(desc: MemoryDesc, array, what: str | None = None) -> np.ndarray:
+    """``array`` laid out as ``desc`` says, as a flat host array of ``desc.span`` elements,
+    converted by the one input policy (``_dtypes.convert_input``: floats round into float
+    memory, boolean memory takes ``value != 0``, integer memory exact values only); ``what``
+    names it in errors."""
     array = np.asarray(array)
     if array.shape != desc.dims:
         raise ArgumentMismatchError(
             f"array has shape {array.shape}; memory {desc} expects dims {desc.dims}"
         )
-    values = to_storage(array, desc.dtype)
+    values = convert_input(array, desc.dtype, what or f"array for memory {desc}")
     if _is_row_major(desc):
         return np.ascontiguousarray(values).reshape(-1)
     staging = np.zeros(desc.span, dtype=desc.numpy_dtype)

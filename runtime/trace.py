@@ -4,7 +4,13 @@
         ...
     trace.save("out.json")
 
-See ``triodnn._trace`` for what is recorded and how device clocks are mapped.
+What is recorded while the block runs: every stream submission as a host span, its device span
+per engine and stream lane (OpenCL profiling: streams opened while a trace records profile),
+dependency arrows between them, ``create_primitive`` calls with their cache outcome (hit, miss,
+coalesced), builds, and spans callers open with ``span()``. Device times are mapped onto the
+host clock per engine by the smallest offset between a command's enqueue on the host and its
+``CL_PROFILING_COMMAND_QUEUED`` time, so a device span never lies before its submission. One
+trace records at a time (``TraceError`` otherwise).
 """
 
 from ._trace import Trace, TraceError, record, record_to, span

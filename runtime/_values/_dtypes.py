@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from ._errors import InvalidArgumentError
+from ._errors import ArgumentMismatchError, InvalidArgumentError
 
 
 @attrs.frozen
@@ -59,6 +59,79 @@ def dtype_of_numpy(dtype: np.dtype) -> str:
             f"numpy dtype {np.dtype(dtype)} has no triodnn data type; "
             f"known: {', '.join(str(d) for d in _FROM_NUMPY)}"
         ) from None
+
+
+# Input policy: the numpy dtypes ``engine.from_numpy`` stores without a descriptor that have no
+# triodnn data type of their own (numpy's defaults, float64 and int64 above all).
+_DEFAULT_FOR_KIND = {"f": "f32", "i": "s32", "u": "s32"}
+
+
+def input_dtype_of(dtype: np.dtype) -> str:
+    """The triodnn data type an array of numpy ``dtype`` is stored as when nothing else says:
+    its own where it has one (float32 is f32, int8 s8 …), else f32 for floats, s32 for integers
+    (``convert_input`` then checks each value fits). Anything else (complex, objects, strings)
+    is refused."""
+    dtype = np.dtype(dtype)
+    name = _FROM_NUMPY.get(dtype)
+    if name is None:
+        name = _DEFAULT_FOR_KIND.get(dtype.kind)
+    if name is None:
+        raise ArgumentMismatchError(
+            f"numpy dtype {dtype} has no triodnn data type; pass real numbers or booleans "
+            f"(known: {', '.join(str(d) for d in _FROM_NUMPY)}, and float64/integers, converted)"
+        )
+    return name
+
+
+def convert_input(array, dtype: str, what: str = "array") -> np.ndarray:
+    """``array`` as the storage of triodnn ``dtype``: triodnn's one input policy, applied by
+    every entry point that takes host data (``engine.from_numpy``, ``Memory.write``,
+    ``Stream.write``, graph ``Tensor.from_numpy``/``write``, ``GraphRunner.run``/``map``/
+    ``set_constants`` and constant inputs, handler results).
+
+    Float targets (f32, f16, bf16) take any real or boolean array, rounded to nearest even:
+    float64 -> f32 is what numpy code hands over by default, and the rounding is the one the
+    kernels' own stores do, so refusing it would only make every caller write ``.astype``.
+    Boolean targets take any real array as ``value != 0`` (NaN true): triodnn's boolean
+    semantics everywhere, the kernels' boolean stores included (module docstring). Integer
+    targets take only values they hold exactly (integral and in range): a float array into s8
+    memory would otherwise truncate and wrap silently, which is never what was meant, so those
+    are refused with ``ArgumentMismatchError`` naming ``what`` and the fix. A bf16 target also
+    takes uint16 arrays as bit patterns, as before.
+    Complex, object and string arrays are refused everywhere. Checking values costs a pass over
+    the array only when its dtype is not the storage dtype and the target is an integer type.
+    """
+    array = np.asarray(array)
+    check_input(array, dtype, what)
+    return to_storage(array, dtype)
+
+
+def check_input(array: np.ndarray, dtype: str, what: str = "array") -> None:
+    """Raise what ``convert_input(array, dtype, what)`` would, converting nothing (the graph
+    runner checks constant inputs when a run is bound, and converts them only on a cache miss)."""
+    info = data_type(dtype)
+    kind = array.dtype.kind
+    if kind not in "biuf":
+        raise ArgumentMismatchError(
+            f"{what} has numpy dtype {array.dtype}; triodnn stores real numbers or booleans only "
+            f"(the memory is {dtype}): convert it first"
+        )
+    if array.dtype == info.numpy or dtype in ("f32", "f16", "bf16", "boolean"):
+        return
+    # An integer target from another dtype: only exact values pass.
+    if array.size and kind != "b":
+        bounds = np.iinfo(info.numpy)
+        exact = (
+            (kind != "f" or bool(np.isfinite(array).all()))
+            and bool(array.min() >= bounds.min) and bool(array.max() <= bounds.max)
+            and (kind != "f" or bool((np.trunc(array) == array).all()))
+        )
+        if not exact:
+            raise ArgumentMismatchError(
+                f"{what} ({array.dtype}) does not convert exactly to {dtype}: its values must be "
+                f"integers in [{bounds.min}, {bounds.max}]; round, clip or cast it yourself "
+                f"(e.g. np.clip(np.rint(a), lo, hi).astype(np.{info.numpy}))"
+            )
 
 
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -66,6 +66,13 @@ def _tensor(where: str, entry) -> LogicalTensor:
     missing = [k for k in ("id", "dtype") if k not in entry]
     if missing:
         raise InvalidGraphError(f"{where} lacks {', '.join(missing)}")
+    if "shape" not in entry:
+        # oneDNN always writes a shape (unknown rank is [-9223372036854775808], see
+        # _tensor_entry); without one the graph loaded and failed only at compile.
+        raise InvalidGraphError(
+            f"{where}: logical tensor {entry['id']!r} lacks 'shape' (write "
+            f"[{_UNKNOWN}] for an unknown rank)"
+        )
     try:
         return LogicalTensor(
             entry["id"],

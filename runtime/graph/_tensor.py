@@ -32,10 +32,32 @@ class Tensor:
                 f"memory {self.memory.desc} does not match logical tensor {lt.id} ({desc})"
             )
 
+    def release(self) -> None:
+        """Free the tensor's memory now, as ``Memory.release`` does: commands already submitted
+        on it still complete, and a tensor over a view frees nothing (the viewed memory owns the
+        buffer). A tensor made over a Memory of yours releases that Memory."""
+        self.memory.release()
+
+    @property
+    def released(self) -> bool:
+        return self.memory.released
+
+    def __enter__(self) -> Tensor:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
     @classmethod
     async def from_numpy(cls, lt: LogicalTensor, engine: Engine, array) -> Tensor:
+        """A new tensor of ``lt`` on ``engine`` holding ``array``, converted by the input
+        policy (README, Inputs)."""
         tensor = cls(lt, engine)
-        await tensor.write(array)
+        try:
+            await tensor.write(array)
+        except BaseException:
+            tensor.release()   # a refused array leaves no buffer behind
+            raise
         return tensor
 
     async def write(self, array) -> None:

@@ -268,7 +268,7 @@ def test_statistics_are_a_frozen_record(fresh):
     assert not isinstance(s, triodnn.PrimitiveCacheStatistics)
     assert [f.name for f in attrs.fields(type(s))] == [
         "size", "capacity", "hits", "misses", "evictions", "coalesced_waits", "in_flight_builds",
-        "failed_builds"]
+        "failed_builds", "builds"]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         s.hits = 3
 
@@ -430,6 +430,8 @@ async def test_failed_compile_reaches_every_waiter_and_leaves_nothing(fresh, eng
     cp = await p.compile(engine)
     assert compiles.calls == 2 and await p.compile(engine) is cp
     assert delta(s1, stats()) == moved(misses=1, hits=1)
+    # ``builds``: compilations run, one per call of compile_partition (the failed one too).
+    assert stats().builds - s0.builds == compiles.calls == 2
 
 
 async def test_unsupported_partition_compile_fails_every_time(fresh, engine):

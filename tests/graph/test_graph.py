@@ -308,6 +308,9 @@ def test_json_round_trip_of_an_example():
     ('{"graph": [{"id": 0, "kind": "SoftMax", "attrs": {"axis": {"type": "s64", "value": "1"}}}]}',
      "not a s64"),
     ('{"graph": [{"id": 0, "kind": "ReLU", "inputs": [{"id": 0}]}]}', "graph\\[0\\].inputs\\[0\\] lacks dtype"),
+    # No shape: refused at load, naming the tensor (it used to fail only at compile).
+    ('{"graph": [{"id": 0, "kind": "ReLU", "inputs": [{"id": 5, "dtype": "f32"}]}]}',
+     "graph\\[0\\].inputs\\[0\\]: logical tensor 5 lacks 'shape'"),
     ('{"graph": [{"id": 0, "kind": "ReLU", "inputs": [{"id": 0, "dtype": "f32", "shape": 7}]}]}',
      "graph\\[0\\].inputs\\[0\\]"),
 ])

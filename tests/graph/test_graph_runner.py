@@ -15,7 +15,13 @@ import trio
 import trio.testing
 
 import triodnn
-from triodnn import ArgumentMismatchError, InvalidArgumentError, StreamFlags, UnsupportedError
+from triodnn import (
+    ArgumentMismatchError,
+    InvalidArgumentError,
+    MissingArgumentError,
+    StreamFlags,
+    UnsupportedError,
+)
 from triodnn.graph import (
     Graph,
     Handler,
@@ -301,7 +307,7 @@ async def test_handler_errors_come_out_named_and_free_every_buffer(engine):
 async def test_inputs_are_checked_by_id_and_shape(engine):
     runner = await compile_graph(wildcard_graph(), engine, policy="debug", handlers={"Wildcard": lambda a: (a, a)})
     stream = await engine.stream(StreamFlags.out_of_order)
-    with pytest.raises(InvalidArgumentError, match=r"lack graph input ids \[0\]"):
+    with pytest.raises(MissingArgumentError, match=r"lack graph input ids \[0\]"):
         await runner.run(stream, {})
     with pytest.raises(InvalidArgumentError, match=r"not graph inputs"):
         await runner.run(stream, {0: np.zeros((4, 8)), 7: np.zeros(1)})
@@ -403,8 +409,32 @@ async def test_outputs_as_tensors_belong_to_the_caller(engine):
     np.testing.assert_array_equal(await mine.to_numpy(), numpy_out[4])
     np.testing.assert_array_equal(again[4], numpy_out[4])
     for t in (*outs.values(), mine):
-        t.memory.release()
+        assert not t.released
+        t.release()                          # Tensor.release: its memory goes now
+        assert t.released and t.memory.released
     assert live(engine) == before
+    with Tensor(runner.outputs[0], engine) as scoped:
+        assert live(engine) == before + 1
+    assert scoped.released and live(engine) == before
+
+
+@pytest.mark.parametrize("path", ["recorded", "general"])
+async def test_a_cancelled_run_is_counted_as_cancelled(engine, path):
+    """``runs_cancelled`` counts runs that ended by cancellation, on the straight-line path
+    (every step compiled) and the general one (``as_tensors`` takes it)."""
+    runner = await compile_graph(branchy_graph(), engine, policy="debug")
+    assert runner._recordable()
+    stream = await engine.stream(StreamFlags.out_of_order)
+    x = np.ones((4, 8), np.float32)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await runner.run(stream, {0: x}, as_tensors=path == "general")
+    assert scope.cancelled_caught
+    await runner.run(stream, {0: x})
+    stats = runner.statistics()
+    assert (stats.runs_started, stats.runs_finished, stats.runs_cancelled) == (2, 1, 1)
+    await stream.wait()
+    assert stats.live_buffers == 0
 
 
 # -- pipelines --------------------------------------------------------------------------------
@@ -621,6 +651,14 @@ async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
             assert runner.statistics().live_buffers == 0
             assert live(engine) == baseline_buffers
             assert tasks() == baseline_tasks
+            # Every request started ended delivered (the first run, two of the map's) or
+            # cancelled in flight; none failed.
+            stats = runner.statistics()
+            if how == "bare-async-for":
+                assert (stats.runs_started, stats.runs_finished, stats.runs_cancelled) == (1, 1, 0)
+            else:
+                assert stats.runs_finished == 3 and stats.runs_cancelled >= 1
+                assert stats.runs_started == stats.runs_finished + stats.runs_cancelled
             stopped_at = len(pulled)
             await trio.sleep(0.05)
             assert len(pulled) == stopped_at          # the producer is stopped, not paused

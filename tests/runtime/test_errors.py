@@ -191,6 +191,13 @@ async def test_objects_of_another_engine(rt, engine, stream, relu, mems):
     other_stream = await other.stream()
     with pytest.raises(EngineMismatchError, match="primitive eltwise:relu was created on"):
         other_stream.execute(relu, {"src": foreign, "dst": foreign})
+    # Both sides are named apart: same device, same index, different contexts.
+    assert str(engine) != str(other)
+    with pytest.raises(EngineMismatchError) as caught:
+        stream.execute(relu, {"src": foreign, "dst": mems[1]})
+    message = str(caught.value)
+    assert str(other) in message and str(engine) in message
+    assert f"context {other.cl_context.int_ptr:#x}" in message
 
 
 @pytest.mark.parametrize(
@@ -358,8 +365,11 @@ async def test_failed_from_numpy_leaks_nothing(engine):
     start = engine.statistics().live_buffers
     with pytest.raises(ArgumentMismatchError, match="array has shape"):
         await engine.from_numpy(np.zeros((3, 3), np.float32), DESC)
-    with pytest.raises(InvalidArgumentError, match="float64"):
-        await engine.from_numpy(np.zeros(3))
+    # float64 converts to f32 now (the input policy); what it refuses leaves nothing behind.
+    with pytest.raises(ArgumentMismatchError, match="complex128"):
+        await engine.from_numpy(np.zeros(3, np.complex128))
+    with pytest.raises(ArgumentMismatchError, match="does not convert exactly to s8"):
+        await engine.from_numpy(np.full(3, 0.5), MemoryDesc((3,), "s8"))
     gc.collect()
     assert engine.statistics().live_buffers == start
 

@@ -529,7 +529,28 @@ async def test_hundred_tasks_ten_keys_ten_builds(fresh_cache, engine):
     assert (s1.size, s1.in_flight_builds) == (10, 0)
     assert d["misses"] == 10 and d["coalesced_waits"] + d["hits"] == 990
     assert (d["evictions"], d["failed_builds"]) == (0, 0)
+    assert s1.builds - s0.builds == 10          # what cost time: one build per key
     assert built(engine) == (b0[0] + 10, b0[1])
+
+
+async def test_builds_count_builds_started_which_a_miss_may_not_start():
+    """``builds`` counts the builds cache actors ran; a miss whose runtime closed before its
+    build could start is a miss and no build (issue 19: misses were read as builds)."""
+    cache: PrimitiveCache = PrimitiveCache(8)
+    actor: CacheActor = CacheActor(cache)
+
+    async def build():
+        return "value"
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.serve)
+        assert await actor.get("k", build) == ("value", "cache_miss")
+        assert await actor.get("k", build) == ("value", "cache_hit")
+        actor.close()
+    with pytest.raises(triodnn.ClosedError, match="the runtime is closed"):
+        await actor.get("other", build)
+    s = cache.statistics()
+    assert (s.hits, s.misses, s.builds, s.failed_builds, s.in_flight_builds) == (1, 2, 1, 0, 0)
 
 
 # -- 8. a failed build --------------------------------------------------------------------------------
@@ -746,6 +767,11 @@ async def test_cancelled_runtime_does_not_fail_waiters_of_another_runtime(fresh_
         gate.set()
     assert isinstance(outcome["b"], triodnn.Primitive), f"the open runtime's waiter got {outcome['b']!r}"
     assert stats().failed_builds == s0.failed_builds
+    # Runtime A's build thread runs on under the cancellation (worker threads are not
+    # abandoned); whether its flight still completes or is abandoned and B builds again, every
+    # miss here started a build: builds and misses move together.
+    s1 = stats()
+    assert s1.builds - s0.builds == s1.misses - s0.misses >= 1
 
 
 # -- 10. stress ---------------------------------------------------------------------------------------

@@ -208,6 +208,25 @@ async def test_profiling_before_completion(engine, prims, upload, x, gate):
     assert event.profiling.end >= event.profiling.start
 
 
+async def test_event_repr_is_label_and_state_only(engine, prims, upload, x, gate):
+    """``repr(event)`` says what the command is and where it stands, nothing of the stream
+    actor or submission behind it (issue 19)."""
+    stream = await engine.stream()
+    src = await upload(x)
+    with gate(engine.cl_context) as g:
+        dst = engine.memory(DESC)
+        event = stream.execute(prims["exp"], {"src": src, "dst": dst}, deps=[g])
+        await settle()
+        assert repr(event) == f"<triodnn.Event {prims['exp'].label} enqueued>"
+    await event
+    assert repr(event) == f"<triodnn.Event {prims['exp'].label} completed>"
+    write = stream.write(dst, x)
+    await write
+    assert repr(write) == f"<triodnn.Event write:{DESC} completed>"
+    for text in (repr(event), str(event)):
+        assert "Actor" not in text and "Submission" not in text and len(text) < 80
+
+
 async def test_cl_event_after_submission(engine, prims, upload, x):
     stream = await engine.stream()
     src, dst = await upload(x), engine.memory(DESC)  # kept alive until the command is done

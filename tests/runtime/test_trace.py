@@ -248,3 +248,13 @@ def test_cli_graph_trace(tmp_path, capsys):
     assert [s["name"] for s in tasks if s["name"].startswith("case ")] == [f"case {EXAMPLES[0].name}"]
     assert any(s["name"].startswith("compile partition") for s in tasks)
     assert spans(events, "device") and spans(events, "submit") and spans(events, "create")
+
+
+def test_public_trace_docs_point_at_no_private_module():
+    """``triodnn.trace`` is the public name: its docstrings say what is recorded themselves
+    instead of sending readers to ``triodnn._trace`` (issue 19)."""
+    docs = {"triodnn.trace": triodnn.trace.__doc__}
+    docs.update({name: getattr(triodnn.trace, name).__doc__ for name in triodnn.trace.__all__})
+    assert docs["triodnn.trace"] and "What is recorded" in docs["triodnn.trace"]
+    for name, doc in docs.items():
+        assert "triodnn._" not in (doc or ""), name
