@@ -45,7 +45,7 @@ from ._primitive import Primitive
 from ._runtime import Runtime, open_runtime
 from ._stream import Stream
 from ._values._errors import ClosedError, InvalidArgumentError
-from .graph import CompiledPartition, GraphRunner, Partition, Pipeline, Tensor
+from .graph import CompiledPartition, DynamicGraphRunner, GraphRunner, Partition, Pipeline, Tensor
 
 
 class BlockingPortal:
@@ -276,7 +276,7 @@ def _live_classes() -> tuple[type, ...]:
     (a partition compiles). Values (descriptors, identities, statistics, logical tensors) and
     the pure-Python graph (graphs, ops) pass unwrapped."""
     return (Runtime, Engine, Stream, Event, Memory, Primitive, Partition, CompiledPartition,
-            GraphRunner, Pipeline, Tensor)
+            GraphRunner, DynamicGraphRunner, Pipeline, Tensor)
 
 
 class Blocking:

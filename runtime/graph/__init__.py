@@ -32,6 +32,7 @@ from ._constant_cache import (
     get_constant_tensor_cache_capacity,
     set_constant_tensor_cache_capacity,
 )
+from ._dynamic import DynamicGraphRunner
 from ._execution import GraphRunner, GraphRunnerStatistics
 from ._graph import Graph
 from ._handlers import Handler, MissingHandlerError
@@ -48,6 +49,7 @@ __all__ = [
     "CompiledPartitionCacheStatistics",
     "ConstantTensorCacheStatistics",
     "Graph",
+    "DynamicGraphRunner",
     "GraphRunner",
     "GraphRunnerStatistics",
     "Handler",

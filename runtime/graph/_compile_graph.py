@@ -14,6 +14,7 @@ import trio
 
 from .._engine import Engine
 from .._values._errors import InvalidArgumentError, ShapeInferenceError
+from ._dynamic import DynamicGraphRunner
 from ._execution import GraphRunner, Step
 from ._graph import Graph
 from ._handlers import MissingHandlerError, find_handler, normalise_handlers
@@ -45,7 +46,7 @@ async def _gather(functions) -> None:
 
 
 async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
-                        inputs=None, constants=None) -> GraphRunner:
+                        inputs=None, constants=None) -> GraphRunner | DynamicGraphRunner:
     """Partition ``graph`` with ``policy``, compile its supported partitions for ``engine`` and
     bind its unsupported ones to ``handlers``; returns a ``GraphRunner``.
 
@@ -55,7 +56,9 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
     tensors as a list or a dict keyed by their ids, gives graph inputs new shapes or layouts;
     shapes are re-inferred downstream (handler outputs keep the shapes the graph declares).
     ``constants``, ``{input id: array, Tensor or Memory}``, gives the runner those inputs once
-    (``GraphRunner.set_constants``): its runs may omit them.
+    (``GraphRunner.set_constants``): its runs may omit them. A graph input whose shape stays
+    unknown (a ``-1`` dim) gives a ``DynamicGraphRunner``, compiled per set of input shapes at
+    their first run.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgumentError(f"graph is {type(graph).__name__}, expected triodnn.graph.Graph")
@@ -100,14 +103,24 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
                 f"inputs name logical tensor ids {unknown}, which are not graph inputs "
                 f"{[lt.id for lt in graph_inputs]}"
             )
+    if any(not given.get(lt.id, lt).is_shape_known for lt in graph_inputs):
+        # Unknown dims: compiled per set of input shapes at their first run (``_dynamic``).
+        shaped_inputs = tuple(given.get(lt.id, lt) for lt in graph_inputs)
+
+        async def compile_for(shaped: list[LogicalTensor]) -> GraphRunner:
+            runner = await compile_graph(graph, engine, policy=policy, handlers=handlers, inputs=shaped)
+            assert isinstance(runner, GraphRunner), "every input shape is known now"
+            return runner
+
+        dynamic = DynamicGraphRunner(graph, engine, policy, handlers, shaped_inputs, compile_for)
+        if constants is not None:
+            await dynamic.set_constants(constants)
+        return dynamic
     known: dict[int, LogicalTensor] = {}
     for lt in graph_inputs:
         lt = given.get(lt.id, lt)
-        if not lt.is_shape_known:
-            raise ShapeInferenceError(
-                f"graph input {lt.id} has shape {'unknown' if lt.shape is None else list(lt.shape)}; "
-                "pass it with a known shape in inputs="
-            )
+        if not lt.is_shape_known:  # settled above: every input has a known shape here
+            raise ShapeInferenceError(f"graph input {lt.id} has an unknown shape")
         known[lt.id] = resolve_input_layout(lt)
 
     available = {lt.id: trio.Event() for p in partitions for lt in p.output_ports}

@@ -76,6 +76,9 @@ class GraphRunnerStatistics:
     buffers_allocated: int
     buffers_released: int
     uploads: int
+    # Sets of input shapes compiled: 1 for a runner of known shapes; a ``DynamicGraphRunner``'s
+    # statistics add up its runners and count them here.
+    compiled_shapes: int = 1
 
     @property
     def live_buffers(self) -> int:

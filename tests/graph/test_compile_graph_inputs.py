@@ -37,5 +37,5 @@ async def test_bad_inputs_name_the_culprit(engine):
         await compile_graph(relu_graph(), engine, inputs={0: np.zeros(3)})
     with pytest.raises(triodnn.InvalidArgumentError, match="inputs is int"):
         await compile_graph(relu_graph(), engine, inputs=3)
-    with pytest.raises(triodnn.ShapeInferenceError, match="graph input 0 has shape"):
-        await compile_graph(relu_graph(), engine)
+    # No inputs= for the unknown batch: a runner that compiles per shape (test_dynamic_shapes.py).
+    assert isinstance(await compile_graph(relu_graph(), engine), triodnn.graph.DynamicGraphRunner)
