@@ -9,7 +9,7 @@
 """
 
 from . import ocl_interop, trace
-from ._blocking import Blocking, BlockingPortal, start_blocking
+from ._blocking import Blocking, BlockingPipeline, BlockingPortal, start_blocking
 from ._engine import Engine
 from ._event import Event, ProfilingTimes
 from ._instruments import Instrument, add_instrument, remove_instrument
@@ -82,6 +82,7 @@ __all__ = [
     "remove_instrument",
     "BatchNormInferenceDesc",
     "Blocking",
+    "BlockingPipeline",
     "BlockingPortal",
     "GenIndexDesc",
     "GroupNormDesc",
