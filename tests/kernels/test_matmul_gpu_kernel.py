@@ -11,42 +11,18 @@ pyopencl (the primitive cache would return one kernel per descriptor whatever th
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 import pyopencl as cl
 import pytest
+from _gpu_matmul import GPU, execute, gpu_shaped_fixture  # noqa: F401 (the gpu_shaped fixture)
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn.kernels import KernelConfig, _dtype_io, _post_ops, matmul, matmul_gpu
-
-GPU = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)  # what NVIDIA reports
 
 
 def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
     x = rng.integers(0 if dtype == "u8" else -bound, bound + 1, shape)
     return x.astype(_dtype_io.USER_NUMPY[dtype])
-
-
-@pytest.fixture
-async def gpu_shaped(engine):
-    """The default engine with the GPU kernel configuration (this test's own engine), within the
-    local memory the device offers (Oclgrind: the OpenCL minimum, 32 KiB)."""
-    engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
-    return engine
-
-
-async def execute(engine, desc, arrays: dict, dst_init=None):
-    primitive = await engine.create_primitive(desc)
-    memories = {}
-    for name, md in desc.arg_descs.items():
-        if name in arrays:
-            memories[name] = await engine.from_numpy(arrays[name], md)
-        elif name == "dst" and dst_init is not None:
-            memories[name] = await engine.from_numpy(dst_init, md)
-        else:
-            memories[name] = engine.memory(md)
-    await (await engine.stream()).execute(primitive, memories)
-    return primitive, await memories["dst"].to_numpy()
 
 
 # name: src dims, src strides, weights dims, weights strides, bias dims

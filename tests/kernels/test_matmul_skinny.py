@@ -16,13 +16,13 @@ import attrs
 import numpy as np
 import pyopencl as cl
 import pytest
+from _gpu_matmul import GPU, execute, gpu_shaped_fixture  # noqa: F401 (the gpu_shaped fixture)
 from conftest import default_record
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn._values._dtypes import from_storage, to_storage
 from triodnn.kernels import KernelConfig, _dtype_io, _post_ops, matmul, matmul_skinny, program_source, tolerance
 
-GPU = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)  # what NVIDIA reports
 TANH = tolerance.eltwise("tanh")
 
 
@@ -121,28 +121,6 @@ def test_shapes_blocks_and_chains(cl_queue, rng, shape, chain, block):
 
 
 # -- through primitives, where matmul.generate must choose this kernel ------------------------
-
-
-@pytest.fixture
-async def gpu_shaped(engine):
-    """The default engine with the GPU kernel configuration, within the local memory the device
-    offers."""
-    engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
-    return engine
-
-
-async def execute(engine, desc, arrays: dict, dst_init=None):
-    primitive = await engine.create_primitive(desc)
-    memories = {}
-    for name, md in desc.arg_descs.items():
-        if name in arrays:
-            memories[name] = await engine.from_numpy(arrays[name], md)
-        elif name == "dst" and dst_init is not None:
-            memories[name] = await engine.from_numpy(dst_init, md)
-        else:
-            memories[name] = engine.memory(md)
-    await (await engine.stream()).execute(primitive, memories)
-    return primitive, await memories["dst"].to_numpy()
 
 
 async def test_batched_broadcast_with_bias_and_chain(gpu_shaped, rng):

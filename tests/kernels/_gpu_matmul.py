@@ -1,0 +1,37 @@
+"""Shared by the GPU matmul kernel tests of this folder (``from _gpu_matmul import ...``, as the
+primitives tests import ``_sweeps``): the GPU kernel configuration, an engine fixture that uses
+it, and one execution of a descriptor with its dst read back."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from triodnn.kernels import KernelConfig
+
+GPU = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)  # what NVIDIA reports
+
+
+# Imported by the test modules under this name; tests ask for it as ``gpu_shaped``.
+@pytest.fixture(name="gpu_shaped")
+async def gpu_shaped_fixture(engine):
+    """The default engine with the GPU kernel configuration (this test's own engine), within the
+    local memory the device offers (Oclgrind: the OpenCL minimum, 32 KiB)."""
+    engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
+    return engine
+
+
+async def execute(engine, desc, arrays: dict, dst_init=None):
+    """Run ``desc``: inputs from ``arrays``, dst filled with ``dst_init`` when given, every other
+    argument allocated. Returns (primitive, dst)."""
+    primitive = await engine.create_primitive(desc)
+    memories = {}
+    for name, md in desc.arg_descs.items():
+        if name in arrays:
+            memories[name] = await engine.from_numpy(arrays[name], md)
+        elif name == "dst" and dst_init is not None:
+            memories[name] = await engine.from_numpy(dst_init, md)
+        else:
+            memories[name] = engine.memory(md)
+    await (await engine.stream()).execute(primitive, memories)
+    return primitive, await memories["dst"].to_numpy()
