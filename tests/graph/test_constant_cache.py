@@ -270,14 +270,22 @@ async def test_raising_the_capacity_keeps_entries_and_lowering_evicts(engine, st
     assert stats(engine).hits == 2
 
 
-async def test_an_entry_evicted_under_a_running_request_stays_until_it_has_submitted(engine, stream, capacity, rng):
-    capacity(1)
+def gated_handler():
+    """(entered, gate, handler): the handler sets ``entered``, then returns its input once
+    ``gate`` is set, so a test can act while a run waits in it."""
     entered, gate = trio.Event(), trio.Event()
 
     async def held(a):
         entered.set()
         await gate.wait()
         return a
+
+    return entered, gate, held
+
+
+async def test_an_entry_evicted_under_a_running_request_stays_until_it_has_submitted(engine, stream, capacity, rng):
+    capacity(1)
+    entered, gate, held = gated_handler()
 
     slow = await compile_graph(add_graph(with_handler=True), engine, handlers={"Wildcard": held})
     fast = await compile_graph(add_graph(), engine)
@@ -303,12 +311,7 @@ async def test_an_entry_evicted_under_a_running_request_stays_until_it_has_submi
 
 async def test_a_cancelled_run_leaves_no_buffer_behind(engine, stream, capacity, rng):
     capacity(64)
-    entered, gate = trio.Event(), trio.Event()
-
-    async def held(a):
-        entered.set()
-        await gate.wait()
-        return a
+    entered, gate, held = gated_handler()
 
     runner = await compile_graph(add_graph(with_handler=True), engine, handlers={"Wildcard": held})
     x = rng.standard_normal(BIG, dtype=np.float32)
