@@ -102,6 +102,12 @@ def _is_row_major(desc: MemoryDesc) -> bool:
     return desc.strides == strides_for_tag(desc.dims, "abcdefghijkl"[: desc.ndims])
 
 
+def _reads_directly(desc: MemoryDesc) -> bool:
+    """Whether ``Stream.read`` copies memory of ``desc`` straight into a numpy array: row-major
+    and of a numpy dtype (bf16 needs ``to_numpy``'s conversion)."""
+    return _is_row_major(desc) and desc.dtype != "bf16"
+
+
 def stage(desc: MemoryDesc, array, what: str | None = None) -> np.ndarray:
     """``array`` laid out as ``desc`` says, as a flat host array of ``desc.span`` elements,
     converted by the one input policy (``_dtypes.convert_input``: floats round into float

@@ -13,7 +13,7 @@ import trio
 
 from ._event import Event
 from ._instruments import INSTRUMENTS
-from ._memory import Memory, _is_row_major, stage
+from ._memory import Memory, _reads_directly, stage
 from ._primitive import Primitive
 from ._values._errors import (
     ArgumentMismatchError,
@@ -181,7 +181,7 @@ class Stream:
         ``await memory.to_numpy()``.
         """
         deps = check_deps(deps)
-        if not _is_row_major(memory.desc) or memory.desc.dtype == "bf16":
+        if not _reads_directly(memory.desc):
             raise ArgumentMismatchError(
                 f"read needs row-major memory of a numpy dtype, got {memory.desc}; "
                 "use await memory.to_numpy()"

@@ -194,12 +194,11 @@ async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
             "triodnn.graph.CompiledPartition"
         )
     await event.wait_submitted()
-    # The caller's own queues may wait for this event at once: OpenCL requires the queue that
-    # holds it to be flushed first (triodnn flushes at the end of the scheduler pass otherwise).
-    stream._actor.flush()
     submission = event._submission
     if submission.native is None:
         failure = submission.failure
         kind = type(failure) if isinstance(failure, TriodnnError) else ExecutionError
         raise kind(f"{event.label}: {failure}") from failure
-    return cl.Event.from_int_ptr(submission.native.int_ptr, retain=True)
+    # Through Event.cl_event, which flushes the queue that holds it first: the caller's own
+    # queues may wait for it at once, and OpenCL requires that flush.
+    return cl.Event.from_int_ptr(event.cl_event.int_ptr, retain=True)

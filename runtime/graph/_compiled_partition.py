@@ -23,7 +23,7 @@ from ._logical_tensor import LogicalTensor, dense_strides
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
-from ._replay import Replay
+from ._replay import Replay, allocate_temporaries
 from ._sdpa_pattern import find_sdpa
 from ._tensor import Tensor
 
@@ -214,7 +214,7 @@ class CompiledPartition:
                                                f"partition {self.partition.id}")
             return replay.run(stream, ins, outs, deps)
         # Instruments watch: submit kernel by kernel, so that each shows as a command of its own.
-        temps = _allocate_temporaries(self.engine, self._memory.buffer_bytes)
+        temps = allocate_temporaries(self.engine, self._memory.buffer_bytes)
         memories: list[Memory] = []
         for i, slot in enumerate(self._plan.slots):
             if slot.role == "input":
@@ -285,20 +285,6 @@ class CompiledPartition:
         for temp in temps:
             temp._release(after=done)
         return done
-
-
-def _allocate_temporaries(engine: Engine, sizes) -> list[Memory]:
-    """One u8 memory per planned scratch buffer; on an allocation error, none (those made are
-    released at once, which hands them back to a user allocator)."""
-    temps: list[Memory] = []
-    try:
-        for size in sizes:
-            temps.append(engine.memory(MemoryDesc((size,), "u8")))
-    except BaseException:
-        for temp in temps:
-            temp.release()
-        raise
-    return temps
 
 
 _SAME_INDEX_READS = frozenset({"src", "src0", "src1"})

@@ -22,8 +22,8 @@ import trio
 from .._engine import Engine
 from .._memory import Memory
 from .._stream import Stream, check_deps
-from .._values._errors import EngineMismatchError, InvalidArgumentError, MissingArgumentError
-from ._execution import GraphRunner, GraphRunnerStatistics
+from .._values._errors import InvalidArgumentError, MissingArgumentError
+from ._execution import GraphRunner, GraphRunnerStatistics, check_stream
 from ._graph import Graph
 from ._logical_tensor import LogicalTensor
 from ._pipeline import Pipeline
@@ -95,7 +95,7 @@ class DynamicGraphRunner:
 
     def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(), as_tensors: bool = False) -> Pipeline:
         """``GraphRunner.map``; each request runs on the runner of its inputs' shapes."""
-        _check_stream(stream, self.engine)
+        check_stream(stream, self.engine)
         deps = list(check_deps(deps))
 
         def start(item) -> _Request:
@@ -148,13 +148,6 @@ class DynamicGraphRunner:
         finally:
             del self._compiling[key]
             done.set()
-
-
-def _check_stream(stream, engine: Engine) -> None:
-    if not isinstance(stream, Stream):
-        raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
-    if stream.engine.cl_context.int_ptr != engine.cl_context.int_ptr:
-        raise EngineMismatchError(f"the graph was compiled for {engine}, not for the stream's {stream.engine}")
 
 
 class _Request:

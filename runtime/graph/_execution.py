@@ -35,7 +35,7 @@ import trio
 
 from .._engine import Engine
 from .._event import Event
-from .._memory import Memory, _is_row_major
+from .._memory import Memory, _reads_directly
 from .._stream import Stream, check_deps
 from .._values._dtypes import check_input, convert_input
 from .._values._errors import (
@@ -265,12 +265,7 @@ class GraphRunner:
     # -- internals ---------------------------------------------------------------------------
 
     def _check_stream(self, stream) -> None:
-        if not isinstance(stream, Stream):
-            raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
-        if stream.engine.cl_context.int_ptr != self.engine.cl_context.int_ptr:
-            raise EngineMismatchError(
-                f"the graph was compiled for {self.engine}, not for the stream's {stream.engine}"
-            )
+        check_stream(stream, self.engine)
 
     def _execution(self, stream, inputs, deps, outputs, as_tensors, *, copy_inputs) -> Execution:
         self._check_stream(stream)
@@ -393,7 +388,7 @@ class GraphRunner:
             inputs = {lt.id for lt in self.inputs}
             for lt in self.outputs:
                 desc = self._desc(lt)
-                if lt.id in inputs or lt.id not in produced or not _is_row_major(desc) or desc.dtype == "bf16":
+                if lt.id in inputs or lt.id not in produced or not _reads_directly(desc):
                     recordable = False
             self._recorded = recordable
         return recordable
@@ -406,6 +401,14 @@ class GraphRunner:
         if desc is None:
             desc = self._descs[lt.id] = lt.memory_desc()
         return desc
+
+
+def check_stream(stream, engine: Engine) -> None:
+    """``stream`` is a triodnn Stream of ``engine``'s OpenCL context, or a typed error."""
+    if not isinstance(stream, Stream):
+        raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
+    if stream.engine.cl_context.int_ptr != engine.cl_context.int_ptr:
+        raise EngineMismatchError(f"the graph was compiled for {engine}, not for the stream's {stream.engine}")
 
 
 def _count_cancelled(runner: GraphRunner, exc: BaseException) -> None:
@@ -540,11 +543,7 @@ class Execution:
                     tensors[lt.id] = value
                     continue
                 if type(value) is _ConstantArray:
-                    got = None
-                    if value.root is not None:
-                        got = _constant_cache.acquire(engine, stream, runner._desc(lt), value.array, value.root)
-                    else:
-                        _constant_cache.note_uncached(engine)
+                    got = self._acquire_constant(lt, value)
                     if got is not None:
                         entry, missed = got
                         leases[lt.id] = (entry, [])
@@ -738,16 +737,21 @@ class Execution:
         for slot in later:
             self._nursery.start_soon(self._collect, slot)
 
+    def _acquire_constant(self, lt: LogicalTensor, value: _ConstantArray):
+        """The constant tensor cache's (entry, missed) for a constant array input, uploading it
+        on a miss; None where the cache does not take it (the run uploads its own copy)."""
+        engine = self._runner.engine
+        if value.root is None:
+            _constant_cache.note_uncached(engine)
+            return None
+        return _constant_cache.acquire(engine, self._stream, self._runner._desc(lt), value.array, value.root)
+
     def _bind_constant(self, slot: _Slot, value: _ConstantArray) -> None:
         """A constant array input: the cache's device copy (uploaded on a miss), or, where the
         cache does not take it, an upload of this run's own."""
         runner = self._runner
         engine = runner.engine
-        got = None
-        if value.root is not None:
-            got = _constant_cache.acquire(engine, self._stream, runner._desc(slot.lt), value.array, value.root)
-        else:
-            _constant_cache.note_uncached(engine)
+        got = self._acquire_constant(slot.lt, value)
         if got is None:
             tensor = self._allocate(slot)
             self._publish(slot, self._stream.write(tensor.memory, value.array))
@@ -811,7 +815,7 @@ class Execution:
     def _readable(self, slot: _Slot) -> bool:
         """Whether the run's stream can read the slot directly (row-major, a numpy dtype)."""
         desc = slot.bound.memory.desc
-        return self._as_tensors or (_is_row_major(desc) and desc.dtype != "bf16")
+        return self._as_tensors or _reads_directly(desc)
 
     def _submit_read(self, slot: _Slot):
         """(host array, event) of a read of ``slot`` on the run's stream, after its producer;
@@ -837,7 +841,7 @@ class Execution:
         behind other runs on the engine's host stream) where the layout allows."""
         tensor = slot.bound
         desc = tensor.memory.desc
-        if not _is_row_major(desc) or desc.dtype == "bf16":
+        if not _reads_directly(desc):
             return await tensor.to_numpy(deps=deps)
         out = np.empty(desc.dims, dtype=desc.numpy_dtype)
         await self._stream.read(tensor.memory, out, deps=deps)

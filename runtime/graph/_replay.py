@@ -65,6 +65,20 @@ class _Scratch:
         return native is not None and native.command_execution_status <= _COMPLETE
 
 
+def allocate_temporaries(engine: Engine, sizes) -> list[Memory]:
+    """One u8 memory per planned scratch buffer; on an allocation error, none (those made are
+    released at once, which hands them back to a user allocator)."""
+    temps: list[Memory] = []
+    try:
+        for size in sizes:
+            temps.append(engine.memory(MemoryDesc((size,), "u8")))
+    except BaseException:
+        for temp in temps:
+            temp.release()
+        raise
+    return temps
+
+
 class Replay:
     """The recorded form of one compiled partition's plan (see the module docstring)."""
 
@@ -106,15 +120,7 @@ class Replay:
         if len(self._scratch) >= MAX_SCRATCH_SETS:
             oldest = min(self._scratch, key=lambda s: s.last.seq if s.last is not None else -1)
             return oldest, (oldest.last,)
-        memories: list[Memory] = []
-        try:
-            for size in self._memory.buffer_bytes:
-                memories.append(self._engine.memory(MemoryDesc((size,), "u8")))
-        except BaseException:
-            for memory in memories:
-                memory.release()
-            raise
-        scratch = _Scratch(memories)
+        scratch = _Scratch(allocate_temporaries(self._engine, self._memory.buffer_bytes))
         if not self._scratch:
             self._engine._runtime._scratch_owners.add(self)
         self._scratch.append(scratch)
