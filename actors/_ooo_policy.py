@@ -29,7 +29,6 @@ import attrs
 from .._values._errors import InvalidArgumentError
 
 DEFAULT_LANES = 8
-_OUT_OF_ORDER_EXEC_MODE_ENABLE = 1  # CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 # Bytes a work-item touches (its share of the arguments: a lower bound) from which a kernel counts
 # as long. One NVIDIA work-item streaming 64 KiB takes tens of µs, as does a PoCL work-item
@@ -77,11 +76,11 @@ def parse_override(text: str) -> OutOfOrderStrategy:
 
 
 def choose_out_of_order_strategy(
-    *, vendor: str, platform: str, queue_properties: int, override: str | None = None,
-    compute_units: int = 2,
+    *, vendor: str, platform: str, compute_units: int = 2, override: str | None = None,
 ) -> OutOfOrderStrategy:
-    """Apply the rule in this module's docstring to one device's facts (``queue_properties``
-    matters only to an override asking for ``native``, which the stream then gets as asked)."""
+    """Apply the rule in this module's docstring to one device's facts. Whether the device
+    offers out-of-order queues no longer matters: lanes are in-order queues; an override asking
+    for ``native`` gets it as asked."""
     if override:
         return parse_override(override)
     if "nvidia" in vendor.lower() or "nvidia" in platform.lower():

@@ -26,7 +26,7 @@ def _info(args: argparse.Namespace) -> int:
     for record in records:
         info = describe_device(record.device)
         strategy = choose_out_of_order_strategy(
-            vendor=info["vendor"], platform=info["platform"], queue_properties=info["queue_properties"],
+            vendor=info["vendor"], platform=info["platform"],
             compute_units=info["max_compute_units"], override=os.environ.get("TRIODNN_OOO_STRATEGY"),
         )
         print(f"{record.label:8} {info['name']}")

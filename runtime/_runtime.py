@@ -133,7 +133,6 @@ class Runtime:
         strategy = choose_out_of_order_strategy(
             vendor=info.vendor,
             platform=info.platform,
-            queue_properties=info.queue_properties,
             override=os.environ.get("TRIODNN_OOO_STRATEGY"),
             compute_units=info.max_compute_units,
         )

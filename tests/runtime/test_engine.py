@@ -123,8 +123,8 @@ async def test_identity_is_made_of_info(engine):
 
 # -- the out-of-order strategy rule ------------------------------------------------------------
 
-POCL = dict(vendor="GenuineIntel", platform="Portable Computing Language", queue_properties=3)
-NVIDIA = dict(vendor="NVIDIA Corporation", platform="NVIDIA CUDA", queue_properties=3)
+POCL = dict(vendor="GenuineIntel", platform="Portable Computing Language")
+NVIDIA = dict(vendor="NVIDIA Corporation", platform="NVIDIA CUDA")
 
 
 @pytest.mark.parametrize(
@@ -132,16 +132,16 @@ NVIDIA = dict(vendor="NVIDIA Corporation", platform="NVIDIA CUDA", queue_propert
     [
         (POCL, "lanes", 2),
         (dict(POCL, vendor="AuthenticAMD", compute_units=16), "lanes", 8),
-        (dict(vendor="Intel(R) Corporation", platform="Intel(R) OpenCL Graphics", queue_properties=3,
+        (dict(vendor="Intel(R) Corporation", platform="Intel(R) OpenCL Graphics",
               compute_units=4), "lanes", 4),
         (NVIDIA, "lanes", 8),
-        (dict(vendor="nvidia", platform="some ICD", queue_properties=3), "lanes", 8),
-        (dict(vendor="Acme", platform="NVIDIA CUDA", queue_properties=3), "lanes", 8),
-        (dict(POCL, queue_properties=2, compute_units=1), "lanes", 2),  # profiling only, no out-of-order
-        (dict(POCL, queue_properties=0, compute_units=64), "lanes", 8),
+        (dict(vendor="nvidia", platform="some ICD"), "lanes", 8),
+        (dict(vendor="Acme", platform="NVIDIA CUDA"), "lanes", 8),
+        (dict(POCL, compute_units=1), "lanes", 2),  # at least two lanes
+        (dict(POCL, compute_units=64), "lanes", 8),  # at most eight
     ],
     ids=["pocl", "amd-cpu", "intel-gpu", "nvidia", "nvidia-lowercase", "nvidia-platform",
-         "no-ooo-profiling", "no-ooo"],
+         "one-unit", "many-units"],
 )
 def test_strategy_rule(facts, kind, lanes):
     strategy = choose_out_of_order_strategy(**facts)
@@ -154,8 +154,8 @@ def test_strategy_rule(facts, kind, lanes):
     [("native", "native", 1), ("lanes", "lanes", 8), ("lanes:4", "lanes", 4), ("lanes:1", "lanes", 1),
      (" lanes:2 ", "lanes", 2)],
 )
-@pytest.mark.parametrize("facts", [POCL, NVIDIA, dict(POCL, queue_properties=0)],
-                         ids=["pocl", "nvidia", "no-ooo"])
+@pytest.mark.parametrize("facts", [POCL, NVIDIA, dict(POCL, compute_units=64)],
+                         ids=["pocl", "nvidia", "many-units"])
 def test_strategy_override_wins(facts, override, kind, lanes):
     strategy = choose_out_of_order_strategy(**facts, override=override)
     assert (strategy.kind, strategy.lanes) == (kind, lanes)
@@ -184,7 +184,7 @@ async def test_engine_applies_the_rule_to_its_device(rt, no_env):
     engine = await rt.engine()
     info = engine.info
     expected = choose_out_of_order_strategy(
-        vendor=info.vendor, platform=info.platform, queue_properties=info.queue_properties,
+        vendor=info.vendor, platform=info.platform,
         compute_units=info.max_compute_units,
     )
     assert engine.out_of_order_strategy == expected
