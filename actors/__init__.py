@@ -6,6 +6,7 @@ and completions come back through event callbacks and the completion actor.
 """
 
 from ._allocator import DeviceAllocator
+from ._allocator import SvmBuffer as SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._completion import CompletionActor

@@ -5,6 +5,7 @@ their last use.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import warnings
 
@@ -24,12 +25,46 @@ _RESTRICTING_FLAGS = (
 )
 
 
+class SvmBuffer(cl.SVM):
+    """A caller's shared-virtual-memory allocation (any ``cl.SVMPointer``: ``cl.SVMAllocation``,
+    an ``SVMPool``'s, ``cl.SVM``) as triodnn's kernels and copies take it.
+
+    It is itself an ``SVMPointer`` over the same address, so ``kernel.set_args`` passes it with
+    ``clSetKernelArgSVMPointer`` and copies go through ``clEnqueueSVMMemcpy``; ``int_ptr`` (the
+    address) stands where a ``cl.Buffer``'s handle does, as the key of argument caching,
+    aliasing and use tracking. ``allocation`` is the caller's object, handed back to its
+    ``free``. SVM has no sub-buffers, and triodnn makes none: every view starts at offset 0.
+    """
+
+    def __init__(self, allocation: cl.SVMPointer, context: cl.Context) -> None:
+        # cl.SVM wraps a buffer-protocol object: a bytes view at the allocation's address (its
+        # contents are never touched from the host; coarse-grained SVM would need a map).
+        view = (ctypes.c_ubyte * allocation.size).from_address(allocation.svm_ptr)
+        super().__init__(view)
+        self.allocation = allocation
+        self.int_ptr = allocation.svm_ptr
+        self.context = context
+        self.flags = cl.mem_flags.READ_WRITE
+
+    def __repr__(self) -> str:
+        return f"SvmBuffer({type(self.allocation).__name__} at {self.int_ptr:#x}, {self.size} bytes)"
+
+
+def device_has_svm(device: cl.Device) -> bool:
+    """Coarse-grained SVM buffers, the least an SVM-capable OpenCL 2.0+ device offers."""
+    try:
+        capabilities = device.svm_capabilities
+    except (cl.Error, AttributeError):  # OpenCL 1.2 devices have no such query
+        return False
+    return bool(capabilities & cl.device_svm_capabilities.COARSE_GRAIN_BUFFER)
+
+
 @attrs.define(eq=False)
 class UserAllocation:
     """A buffer from a caller's allocator, not yet handed back to its ``free``, and the submitted
     commands that may still use it (``note_uses``), pruned of finished ones as it grows."""
 
-    buffer: cl.Buffer
+    buffer: cl.Buffer | SvmBuffer
     nbytes: int
     uses: list = attrs.field(factory=list)
     last: Submission | None = None  # the most recent use, even when pruned
@@ -215,7 +250,7 @@ class DeviceAllocator:
         """A buffer of at least ``nbytes`` from the caller's allocator, checked."""
         allocate = self.user.allocate
         try:
-            buffer = allocate(nbytes, self.alignment, self.device, self.context)
+            buffer = self._adopt(allocate(nbytes, self.alignment, self.device, self.context))
         except Exception as exc:
             raise ExecutionError(
                 f"allocator.allocate({nbytes}, {self.alignment}, ...) raised "
@@ -224,18 +259,34 @@ class DeviceAllocator:
         problem = self._check_user_buffer(buffer, nbytes)
         if problem is not None:
             if buffer is not None and not (
-                isinstance(buffer, cl.Buffer) and buffer.int_ptr in _user_allocations
+                isinstance(buffer, (cl.Buffer, SvmBuffer)) and buffer.int_ptr in _user_allocations
             ):
                 self._call_free(buffer, None)  # the allocation is the caller's again
             raise InvalidArgumentError(f"allocator.allocate({nbytes}, ...) returned {problem}")
         return buffer
 
+    def _adopt(self, allocation):
+        """``allocation`` as triodnn uses it: a ``cl.Buffer`` as is, an SVM pointer wrapped in
+        an ``SvmBuffer`` when the device has SVM; anything else is returned unchanged (and
+        refused by the check)."""
+        if isinstance(allocation, cl.SVMPointer) and not isinstance(allocation, SvmBuffer) \
+                and device_has_svm(self.device):
+            return SvmBuffer(allocation, self.context)
+        return allocation
+
     def _check_user_buffer(self, buffer, nbytes: int) -> str | None:
+        if isinstance(buffer, SvmBuffer):
+            # An SVM pointer carries neither its context nor its flags: they are the caller's word.
+            if buffer.size < nbytes:
+                return f"an SVM allocation of {buffer.size} bytes, too small"
+            if buffer.int_ptr in _user_allocations:
+                return "an SVM allocation triodnn still holds (returned earlier and not freed yet)"
+            return None
         if not isinstance(buffer, cl.Buffer):
             if isinstance(buffer, cl.SVMPointer):
-                return ("an SVM allocation; triodnn takes pyopencl.Buffer allocations only "
-                        "(SVM is not supported yet)")
-            return f"{type(buffer).__name__}, expected a pyopencl.Buffer"
+                return (f"an SVM allocation, but {self.device.name.strip()} has no SVM "
+                        "(return a pyopencl.Buffer)")
+            return f"{type(buffer).__name__}, expected a pyopencl.Buffer or an SVM allocation"
         if buffer.context.int_ptr != self.context.int_ptr:
             return "a buffer of another OpenCL context than the engine's"
         if buffer.size < nbytes:
@@ -248,6 +299,8 @@ class DeviceAllocator:
         return None
 
     def _call_free(self, buffer, event: cl.Event | None) -> None:
+        if isinstance(buffer, SvmBuffer):
+            buffer = buffer.allocation  # the caller's own object back
         try:
             self.user.free(buffer, self.device, self.context, event)
         except Exception as exc:  # noqa: BLE001 (nobody to raise to: a finalizer, a callback, a cleanup)

@@ -30,6 +30,7 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import ClosedError, DependencyError, ExecutionError
+from ._allocator import SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._completion import CompletionActor, QueueWaiter
 from ._submission import Submission
@@ -55,6 +56,12 @@ def _copy_function(name: str, to_device: bool):
 
 _write_buffer = _copy_function("_enqueue_write_buffer", to_device=True)
 _read_buffer = _copy_function("_enqueue_read_buffer", to_device=False)
+
+
+def _svm_copy(queue: cl.CommandQueue, dst: cl.SVMPointer, src: cl.SVMPointer, nbytes: int, wait_for) -> cl.Event:
+    """``clEnqueueSVMMemcpy``, non-blocking, for an ``SvmBuffer`` (a caller's SVM allocation)
+    on either side; ``cl.SVM`` tags the host array as a plain host pointer."""
+    return cl.enqueue_copy(queue, dst, src, byte_count=nbytes, wait_for=wait_for, is_blocking=False)
 
 
 def _queue(context: cl.Context, device: cl.Device, properties: int) -> cl.CommandQueue:
@@ -143,8 +150,9 @@ class StreamActor:
         self._fenced = [True] * len(self.queues)
         self._dirty: set[int] = set()
         # Host-copy events (pyopencl NannyEvents) block in their destructor while pending, with
-        # the GIL held; the actor keeps them until they complete.
-        self._inflight_copies: collections.deque[cl.Event] = collections.deque()
+        # the GIL held; the actor keeps them, with their host side (an SVM copy's event holds no
+        # reference to it), until they complete.
+        self._inflight_copies: collections.deque[tuple[cl.Event, object]] = collections.deque()
         self._send, self._recv = trio.open_memory_channel(math.inf)
         self._backlog = 0  # commands in the channel, not enqueued yet: later ones queue behind them
         self._unflushed = 0
@@ -394,12 +402,22 @@ class StreamActor:
                 launch.bound[0] = keys
             return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
         if type(command) is WriteBuffer:
-            cl_event = _write_buffer(queue, command.buffer, command.host, 0, wait, False)
-            self._keep_copy(cl_event)
+            if type(command.buffer) is SvmBuffer:
+                host = cl.SVM(command.host)
+                cl_event = _svm_copy(queue, command.buffer, host, command.host.nbytes, wait)
+            else:
+                host = command.host
+                cl_event = _write_buffer(queue, command.buffer, host, 0, wait, False)
+            self._keep_copy(cl_event, host)
             return cl_event
         if type(command) is ReadBuffer:
-            cl_event = _read_buffer(queue, command.buffer, command.host, 0, wait, False)
-            self._keep_copy(cl_event)
+            if type(command.buffer) is SvmBuffer:
+                host = cl.SVM(command.host)
+                cl_event = _svm_copy(queue, host, command.buffer, command.host.nbytes, wait)
+            else:
+                host = command.host
+                cl_event = _read_buffer(queue, command.buffer, host, 0, wait, False)
+            self._keep_copy(cl_event, host)
             return cl_event
         if type(command) is Marker or type(command) is Barrier:
             return self._enqueue_sync_point(type(command) is Barrier, queue, wait_for)
@@ -425,10 +443,10 @@ class StreamActor:
             return cl.enqueue_barrier(queue, wait_for=wait_for or None)
         return cl.enqueue_marker(queue, wait_for=wait_for or None)
 
-    def _keep_copy(self, cl_event: cl.Event) -> None:
+    def _keep_copy(self, cl_event: cl.Event, host: object) -> None:
         copies = self._inflight_copies
-        copies.append(cl_event)
-        while copies and copies[0].command_execution_status <= _COMPLETE:
+        copies.append((cl_event, host))
+        while copies and copies[0][0].command_execution_status <= _COMPLETE:
             copies.popleft()
 
     def _flush(self) -> None:

@@ -29,7 +29,12 @@ Allocators
     that warms up each new kernel) comes from ``allocate(size, alignment, device, context)``,
     which returns a ``pyopencl.Buffer`` of the engine's context, of at least ``size`` bytes,
     READ_WRITE with host access (``alignment`` is the device's ``MEM_BASE_ADDR_ALIGN`` in bytes,
-    which every ``cl.Buffer`` meets). SVM allocations are not supported yet (a typed error).
+    which every ``cl.Buffer`` meets), or, on a device with SVM (coarse-grained buffers at
+    least), any ``pyopencl.SVMPointer`` (``cl.SVMAllocation(context, size, alignment,
+    cl.svm_mem_flags.READ_WRITE)``, an ``SVMPool``'s allocation) of that context and size.
+    Kernels then take it as an SVM pointer and host copies use SVM memcpy; ``memory.cl_buffer``
+    is an ``SvmBuffer`` wrapping it (``.allocation`` is yours), and ``free`` gets your object
+    back. An SVM pointer carries neither its context nor its flags, so those are not checked.
 
     ``free(buffer, device, context, event)`` is called exactly once per allocation: when its
     memory object is released (``release()``, a ``with`` block, garbage collection) or, for a
@@ -70,17 +75,17 @@ from ._primitive import Primitive
 from ._runtime import Runtime, current_runtime
 from ._stream import Stream, StreamFlags
 from ._values._errors import EngineMismatchError, ExecutionError, InvalidArgumentError, TriodnnError
-from .actors import device_kind, list_devices
+from .actors import SvmBuffer, device_kind, list_devices
 from .graph import CompiledPartition
 
-__all__ = ["Allocator", "execute", "make_engine", "make_stream"]
+__all__ = ["Allocator", "SvmBuffer", "execute", "make_engine", "make_stream"]
 
 
 def _callable(name: str):
     def check(instance, attribute, value) -> None:
         if not callable(value):
             signature = (
-                "allocate(size, alignment, device, context) -> pyopencl.Buffer" if name == "allocate"
+                "allocate(size, alignment, device, context) -> pyopencl.Buffer or SVM allocation" if name == "allocate"
                 else "free(buffer, device, context, event)"
             )
             raise InvalidArgumentError(

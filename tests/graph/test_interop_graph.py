@@ -398,19 +398,23 @@ def _svm(size, context):
     return cl.SVMAllocation(context, size, 0, cl.svm_mem_flags.READ_WRITE)
 
 
+def has_svm(device) -> bool:
+    return bool(getattr(device, "svm_capabilities", 0) & cl.device_svm_capabilities.COARSE_GRAIN_BUFFER)
+
+
 @pytest.mark.parametrize(
     "make, needle",
     [
         (lambda n, ctx: cl.Buffer(ctx, cl.mem_flags.READ_WRITE, n // 2), "too small"),
         (lambda n, ctx: cl.Buffer(cl.Context(ctx.devices), cl.mem_flags.READ_WRITE, n), "another OpenCL context"),
         (lambda n, ctx: cl.Buffer(ctx, cl.mem_flags.READ_ONLY, n), "flags"),
-        (lambda n, ctx: np.empty(n, np.uint8), "ndarray, expected a pyopencl.Buffer"),
-        (_svm, "SVM"),
+        (lambda n, ctx: np.empty(n, np.uint8), "ndarray, expected a pyopencl.Buffer or an SVM allocation"),
+        (lambda n, ctx: _svm(n // 2, ctx), "an SVM allocation of .* bytes, too small"),
     ],
-    ids=["too_small", "other_context", "read_only", "not_a_buffer", "svm"],
+    ids=["too_small", "other_context", "read_only", "not_a_buffer", "svm_too_small"],
 )
 async def test_an_unusable_allocation_is_a_typed_error_and_goes_back(rt, device, context, make, needle):
-    if make is _svm and not getattr(device, "svm_capabilities", 0) & cl.device_svm_capabilities.COARSE_GRAIN_BUFFER:
+    if "SVM" in needle and not has_svm(device):
         pytest.skip("the device has no SVM")
     rec = Recorder(make=make)
     engine = await make_engine(device, context, allocator=rec.allocator, runtime=rt)
@@ -421,6 +425,67 @@ async def test_an_unusable_allocation_is_a_typed_error_and_goes_back(rt, device,
     (freed,) = rec.freed
     assert freed.buffer is allocated and freed.event is None
     assert engine.statistics().live_buffers == before.live_buffers
+
+
+async def test_an_svm_allocation_on_a_device_without_svm_is_refused(rt, device, context, monkeypatch):
+    if not has_svm(device):
+        pytest.skip("making an SVM allocation needs a device with SVM")
+    monkeypatch.setattr(triodnn.actors._allocator, "device_has_svm", lambda device: False)
+    rec = Recorder(make=_svm)
+    engine = await make_engine(device, context, allocator=rec.allocator, runtime=rt)
+    with pytest.raises(triodnn.InvalidArgumentError, match="an SVM allocation, but .* has no SVM"):
+        engine.memory(DESC)
+    (allocated, *_), = rec.allocated
+    assert [f.buffer for f in rec.freed] == [allocated]
+
+
+@pytest.mark.parametrize("out_of_order", [False, True], ids=["in_order", "out_of_order"])
+async def test_svm_allocations_serve_primitives_copies_and_partitions(device, context, rng, out_of_order):
+    """An allocator of SVM buffers: every buffer the engine needs is one, kernels take them as
+    SVM pointers, host copies go through SVM memcpy, and each goes back to ``free`` once, as the
+    caller's own object."""
+    if not has_svm(device):
+        pytest.skip("the device has no SVM")
+    rec = Recorder(make=_svm)
+    x = rng.uniform(-3, 3, (8, 32)).astype(np.float32)
+    y = rng.uniform(-2, 2, DESC.dims).astype(np.float32)
+    flags = StreamFlags.out_of_order if out_of_order else StreamFlags.in_order
+    async with triodnn.open_runtime():
+        engine = await make_engine(device, context, allocator=rec.allocator)
+        stream = await engine.stream(flags)
+        prim = await eltwise_on(engine)
+        src = await engine.from_numpy(y)
+        dst = engine.memory(DESC)
+        assert isinstance(src.cl_buffer, cl.SVMPointer)
+        assert src.cl_buffer.allocation is rec.allocated[-2][0]
+        await stream.execute(prim, {"src": src, "dst": dst})
+        check_exp(await dst.to_numpy(), y)
+        # A view shares the allocation (SVM has no sub-buffers; views start at offset 0).
+        flat = dst.view(MemoryDesc((DESC.nbytes // 4,)))
+        check_exp((await flat.to_numpy()).reshape(DESC.dims), y)
+
+        (partition,) = softmax_chain().get_partitions()
+        compiled = await partition.compile(engine)
+        (inp,) = [await Tensor.from_numpy(lt, engine, x) for lt in compiled.inputs]
+        for _ in range(3):  # replays reuse the recorded arguments and kept scratch
+            out = [Tensor(lt, engine) for lt in compiled.outputs]
+            await compiled.execute(stream, [inp], out)
+            np.testing.assert_allclose(await out[0].to_numpy(), softmax4(x), rtol=1e-5, atol=1e-7)
+
+        # ocl_interop.execute hands back the enqueued event, also for SVM arguments.
+        event = await execute(prim, stream, {"src": dst, "dst": src})
+        await trio.to_thread.run_sync(event.wait)
+        check_exp(await src.to_numpy(), eltwise.reference("exp", y).astype(np.float32))
+        del src, dst, flat, inp, out
+        gc.collect()
+    assert all(isinstance(b, cl.SVMAllocation) for b, *_ in rec.allocated)
+    counts = collections.Counter(id(f.buffer) for f in rec.freed)
+    assert sorted(counts) == sorted(id(b) for b, *_ in rec.allocated)
+    assert set(counts.values()) == {1}
+    for f in rec.freed:
+        if f.event is not None:
+            f.event.wait()
+            assert f.event.command_execution_status == COMPLETE
 
 
 async def test_a_buffer_returned_twice_is_refused(rt, device, context):
