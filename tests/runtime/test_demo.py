@@ -11,4 +11,5 @@ async def test_demo_passes_and_explains_its_lanes(capsys):
     assert "out-of-order speedup" in out
     # Each primitive's lane placement comes with its reason.
     assert "eltwise:gelu_tanh:" in out and "matmul:" in out
-    assert "matmul results vs numpy" in out and "PASSED" in out
+    assert "matmul results vs numpy" in out and "reduction results vs numpy" in out and "PASSED" in out
+    assert "reduction:sum:" in out
