@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 
+from .._values._memory_desc import MemoryDesc
 from .._values._softmax_desc import SOFTMAX_ALGORITHMS, SoftmaxDesc
 from . import _dtype_io, _post_ops, _row_vector, _wg_reduce
 from . import tolerance as thresholds
@@ -53,6 +55,49 @@ from ._row_vector import kahan_step
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, padded_global
 
 ALGORITHMS: tuple[str, ...] = SOFTMAX_ALGORITHMS
+
+
+@attrs.frozen
+class _Stats:
+    """What the optional stats output and ``inf_as_zero`` add to each path's source: the stats
+    pointer and its per-row offset, the log-sum-exp store once the row's sum is known, and the
+    guard for rows of -inf only."""
+
+    desc: MemoryDesc | None
+    inf_as_zero: bool
+
+    @classmethod
+    def of(cls, desc: SoftmaxDesc) -> _Stats:
+        return cls(desc.stats, desc.inf_as_zero)
+
+    def strides(self, axis: int) -> dict[str, tuple[int, ...]]:
+        """The stats' strides over the other dims, for ``index_code`` (``off_stats``)."""
+        return {} if self.desc is None else {"stats": self.desc.strides[:axis] + self.desc.strides[axis + 1:]}
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return () if self.desc is None else (self.desc.dtype,)
+
+    @property
+    def param(self) -> str:
+        return "" if self.desc is None else f", {_dtype_io.param(self.desc.dtype, 'stats', const=False)}"
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return () if self.desc is None else ("stats",)
+
+    @property
+    def empty_row(self) -> str:
+        # A row of -inf only has max -inf, and x - max = -inf - -inf is NaN. Shifting by 0 instead
+        # makes every exp 0, the sum 0, and (with ``inverse``) every value 0, the stats log(0) = -inf.
+        return "if (m == -INFINITY) m = 0.0f;" if self.inf_as_zero else ""
+
+    def inverse(self, total: str) -> str:
+        return f"({total} > 0.0f ? 1.0f / {total} : 0.0f)" if self.inf_as_zero else f"1.0f / {total}"
+
+    def store(self, total: str) -> str:
+        """The row's log-sum-exp ``m + log(total)`` into ``stats``; nothing without stats."""
+        return "" if self.desc is None else _dtype_io.store(self.desc.dtype, "stats", "off_stats", f"m + log({total})")
 
 
 def generate(desc: SoftmaxDesc, config: KernelConfig) -> KernelSpec:
@@ -81,9 +126,11 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
     local = config.local_size
     po_strides = _post_ops.operand_strides(post_ops, len(dims))
     po_axis = {name: s[axis] for name, s in po_strides.items()}
+    stats = _Stats.of(desc)
     offsets = index_code(
         other_dims,
-        {"src": other_src, "dst": other_dst, **{name: s[:axis] + s[axis + 1:] for name, s in po_strides.items()}},
+        {"src": other_src, "dst": other_dst, **{name: s[:axis] + s[axis + 1:] for name, s in po_strides.items()},
+         **stats.strides(axis)},
         "row",
     )
     # A sum post-op reads dst's old values in the write pass, so dst cannot hold exp(x - m) before it.
@@ -93,7 +140,7 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
     if _wg_reduce.use_work_group(config, n, rows, src_strides[axis], other_dims, other_src):
         return _generate_work_group(
             alg, n=n, rows=rows, offsets=offsets, ss=src_strides[axis], ds=dst_strides[axis], po_axis=po_axis,
-            config=config, post_ops=post_ops, src_dtype=src_dtype, dst_dtype=dst_dtype,
+            config=config, post_ops=post_ops, src_dtype=src_dtype, dst_dtype=dst_dtype, stats=stats,
         )
     vec = _row_vector.vector_width(n, (other_src, other_dst), (src_strides[axis], dst_strides[axis]),
                                    other_dims, config.vector_width)
@@ -112,11 +159,11 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
         if alg == "softmax" and not recompute:
             sum_body = f"const {T} e = exp({xs_k} - ({T})(m)); xd[k] = e; {kahan_step('sv', 'cv', 'e', T)}"
             value = f"xd[k] * ({T})(inv)"
-            finish = "const float inv = 1.0f / s;"
+            finish = f"const float inv = {stats.inverse('s')};"
         elif alg == "softmax":
             sum_body = kahan_step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"exp({xs_k} - ({T})(m)) * ({T})(inv)"
-            finish = "const float inv = 1.0f / s;"
+            finish = f"const float inv = {stats.inverse('s')};"
         else:
             sum_body = kahan_step("sv", "cv", f"exp({xs_k} - ({T})(m))", T)
             value = f"({xs_k} - ({T})(m)) - ({T})(log_s)"
@@ -143,6 +190,7 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
         for (ulong k = 0; k < {chunks}UL; ++k) {{ const {T} x = {xs_k}; mv = x > mv ? x : mv; }}
         {max_fold}
     }}
+    {stats.empty_row}
     {{
         {T} sv = ({T})(0.0f), cv = ({T})(0.0f);
         for (ulong k = 0; k < {chunks}UL; ++k) {{ {sum_body} }}
@@ -150,6 +198,7 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
         {sum_fold}
     }}
     {finish}
+    {stats.store("s")}
     for (ulong k = 0; k < {chunks}UL; ++k) {{ {write_body} }}"""
         impl = f"ocl:row:v{vec}l{local}"
     else:
@@ -161,11 +210,11 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
                 f" dst[off_dst + k * {ds}UL] = e; {kahan_step('s', 's_c', 'e')}"
             )
             value = f"dst[off_dst + k * {ds}UL] * inv"
-            finish = "s -= s_c; const float inv = 1.0f / s;"
+            finish = f"s -= s_c; const float inv = {stats.inverse('s')};"
         elif alg == "softmax":
             sum_body = kahan_step("s", "s_c", f"exp({x_k} - m)")
             value = f"exp({x_k} - m) * inv"
-            finish = "s -= s_c; const float inv = 1.0f / s;"
+            finish = f"s -= s_c; const float inv = {stats.inverse('s')};"
         else:
             sum_body = kahan_step("s", "s_c", f"exp({x_k} - m)")
             value = f"({x_k} - m) - log_s"
@@ -180,18 +229,20 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
         body = f"""
     float m = -INFINITY;
     for (ulong k = 0; k < {n}UL; ++k) {{ const float x = {x_k}; m = x > m ? x : m; }}
+    {stats.empty_row}
     float s = 0.0f, s_c = 0.0f;
     for (ulong k = 0; k < {n}UL; ++k) {{ {sum_body} }}
     {finish}
+    {stats.store("s")}
     for (ulong k = 0; k < {n}UL; ++k) {{ {write_body} }}"""
         impl = f"ocl:row:v1l{local}"
 
     # No restrict on the pointers: in place they are one buffer, and pass 2 writes it.
     source = (
-        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype, *stats.dtypes))
         + functions
         + f"__kernel void softmax_fwd({_dtype_io.param(src_dtype, 'src', const=True)},{_post_ops.params(post_ops)}"
-        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{\n"
+        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}{stats.param}) {{\n"
         "    const ulong row = get_global_id(0);\n"
         f"    if (row >= {rows}UL) return;\n"
         f"    {offsets}"
@@ -201,7 +252,7 @@ def _generate(desc: SoftmaxDesc, post_ops: tuple, config: KernelConfig) -> Kerne
     return KernelSpec(
         source=source,
         name="softmax_fwd",
-        arg_names=("src",) + tuple(po_strides) + ("dst",),
+        arg_names=("src",) + tuple(po_strides) + ("dst",) + stats.arg_names,
         global_size=(padded_global(rows, local),),
         local_size=(local,),
         impl=impl,
@@ -221,6 +272,7 @@ def _generate_work_group(
     post_ops: tuple,
     src_dtype: str,
     dst_dtype: str,
+    stats: _Stats,
 ) -> KernelSpec:
     """One work-group per row (see ``_wg_reduce``): max, then the compensated sum, then every
     work-item writes its elements. Rows of up to ``CACHE_MAX`` elements per work-item stay in
@@ -243,7 +295,7 @@ def _generate_work_group(
         sum_body = (f"xv[j] = exp(xv[j] - m); {_wg_reduce.two_sum_step('s', 's_c', 'xv[j]')}" if cached
                     else f"{load} {_wg_reduce.two_sum_step('s', 's_c', 'exp(x - m)')}")
         value = "xv[j] * inv" if cached else "exp(x - m) * inv"
-        finish = "const float inv = 1.0f / total;"
+        finish = f"const float inv = {stats.inverse('total')};"
     else:
         sum_body = f"{'' if cached else load} {_wg_reduce.two_sum_step('s', 's_c', f'exp({x} - m)')}"
         value = f"({x} - m) - log_s"
@@ -256,17 +308,19 @@ def _generate_work_group(
     float m = -INFINITY;
     {loop(f"{load} m = {x} > m ? {x} : m;")}
     {_wg_reduce.max_code("m", local)}
+    {stats.empty_row}
     float s = 0.0f, s_c = 0.0f;
     {loop(sum_body)}
     {_wg_reduce.sum_code("s", "s_c", "total", local)}
     {finish}
+    if (lid == 0) {{ {stats.store("total")} }}
     {loop(write_body)}"""
     source = (
-        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype,))
+        _dtype_io.functions(loads=(src_dtype, dst_dtype), stores=(dst_dtype, *stats.dtypes))
         + _post_ops.functions(post_ops)
         + f"__kernel {_wg_reduce.attribute(local)}void softmax_fwd("
         f"{_dtype_io.param(src_dtype, 'src', const=True)},{_post_ops.params(post_ops)}"
-        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}) {{\n"
+        f" {_dtype_io.param(dst_dtype, 'dst', const=False)}{stats.param}) {{\n"
         f"    {_wg_reduce.declarations(local)}\n"
         "    const ulong row = get_group_id(0);\n"
         f"    if (row >= {rows}UL) return;  /* the whole work-group: no barrier is left waiting */\n"
@@ -277,7 +331,7 @@ def _generate_work_group(
     return KernelSpec(
         source=source,
         name="softmax_fwd",
-        arg_names=("src",) + tuple(po_axis) + ("dst",),
+        arg_names=("src",) + tuple(po_axis) + ("dst",) + stats.arg_names,
         global_size=(max(1, rows) * local,),
         local_size=(local,),
         impl=f"ocl:wg_row:l{local}" + (f"r{per}" if cached else ""),
@@ -294,13 +348,16 @@ def reference(
     old_dst: np.ndarray | None = None,
     operands=None,
     dst_dtype: str = "f32",
+    inf_as_zero: bool = False,
 ) -> np.ndarray:
     """``alg`` of ``src`` (user-facing values of any data type) over ``axis`` in float64, rounded
-    to float32; then times ``output_scale`` and ``post_ops`` as ``_post_ops.scaled_reference``
-    (``old_dst`` for sum post-ops, ``operands`` for binary ones); stored as ``dst_dtype``."""
+    to float32 (0 on rows of -inf only with ``inf_as_zero``); then times ``output_scale`` and
+    ``post_ops`` as ``_post_ops.scaled_reference`` (``old_dst`` for sum post-ops, ``operands`` for
+    binary ones); stored as ``dst_dtype``."""
     x = _dtype_io.widen(src)
     with np.errstate(all="ignore"):
-        shifted = x - np.max(x, axis=axis, keepdims=True)
+        row_max = np.max(x, axis=axis, keepdims=True)
+        shifted = x - row_max
         log_sum = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
         if alg == "softmax":
             y = np.exp(shifted - log_sum)
@@ -308,8 +365,25 @@ def reference(
             y = shifted - log_sum
         else:
             raise ValueError(f"unknown softmax algorithm {alg!r}; known: {', '.join(ALGORITHMS)}")
+    if inf_as_zero:
+        y = np.where(np.isneginf(row_max), 0.0, y)
     y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
     return _dtype_io.store_reference(y, dst_dtype)
+
+
+def stats_reference(src: np.ndarray, *, axis: int = -1, dtype: str = "f32", inf_as_zero: bool = False) -> np.ndarray:
+    """Each row's log-sum-exp ``max + log(sum(exp(x - max)))`` in float64 (the axis kept as 1),
+    stored as ``dtype``. A row of -inf only gives -inf with ``inf_as_zero``, NaN without it
+    (``-inf - -inf``), as the kernels."""
+    x = _dtype_io.widen(src)
+    with np.errstate(all="ignore"):
+        row_max = np.max(x, axis=axis, keepdims=True)
+        empty = np.isneginf(row_max)
+        safe = np.where(empty, 0.0, row_max)
+        lse = safe + np.log(np.sum(np.exp(x - safe), axis=axis, keepdims=True))
+        if not inf_as_zero:
+            lse = np.where(empty, np.nan, lse)
+    return _dtype_io.store_reference(lse.astype(np.float32), dtype)
 
 
 def desc_reference(desc: SoftmaxDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -318,8 +392,15 @@ def desc_reference(desc: SoftmaxDesc, inputs: dict[str, np.ndarray]) -> np.ndarr
     operands by argument name), stored as dst's data type."""
     return reference(
         desc.alg, inputs["src"], axis=desc.axis, output_scale=desc.output_scale, post_ops=desc.post_ops,
-        old_dst=inputs.get("dst"), operands=inputs, dst_dtype=desc.dst.dtype,
+        old_dst=inputs.get("dst"), operands=inputs, dst_dtype=desc.dst.dtype, inf_as_zero=desc.inf_as_zero,
     )
+
+
+def desc_stats_reference(desc: SoftmaxDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The stats output of ``desc`` (which must have one) from ``inputs["src"]``."""
+    if desc.stats is None:
+        raise ValueError("the descriptor has no stats output")
+    return stats_reference(inputs["src"], axis=desc.axis, dtype=desc.stats.dtype, inf_as_zero=desc.inf_as_zero)
 
 
 def desc_tolerance(desc: SoftmaxDesc) -> float:

@@ -7,6 +7,7 @@ kernels generate from these values, actors key caches on them, the public API re
 from ._binary_desc import BinaryDesc as BinaryDesc
 from ._concat_desc import ConcatDesc as ConcatDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
+from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
 from ._eltwise_desc import EltwiseDesc as EltwiseDesc
 from ._errors import ArgumentMismatchError as ArgumentMismatchError
 from ._errors import BuildError as BuildError
@@ -41,9 +42,11 @@ from ._op_desc import Arg as Arg
 from ._op_desc import OpDesc as OpDesc
 from ._op_desc import op_kind as op_kind
 from ._pooling_desc import PoolingDesc as PoolingDesc
+from ._prelu_desc import PreluDesc as PreluDesc
 from ._reduction_desc import ReductionDesc as ReductionDesc
 from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc
+from ._resampling_desc import ResamplingDesc as ResamplingDesc
 from ._sdpa_desc import SdpaDesc as SdpaDesc
 from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
 from ._sum_desc import SumDesc as SumDesc

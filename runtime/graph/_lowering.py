@@ -21,14 +21,17 @@ from .._values import (
     BinaryDesc,
     ConcatDesc,
     ConvolutionDesc,
+    DeconvolutionDesc,
     EltwiseDesc,
     GenIndexDesc,
     GroupNormDesc,
     LayerNormDesc,
     MatmulDesc,
     PoolingDesc,
+    PreluDesc,
     ReductionDesc,
     ReorderDesc,
+    ResamplingDesc,
     RMSNormDesc,
     SdpaDesc,
     SoftmaxDesc,
@@ -40,6 +43,7 @@ from .._values._op_desc import OpDesc
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape, storage_dtype
 from ._op import Op
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
+from ._shape_inference import conv_transpose_geometry, conv_transpose_weights_order, prelu_slope_shape
 
 
 @attrs.frozen
@@ -328,6 +332,19 @@ def _lower_bias_add(b: Builder, op: Op) -> None:
           {"src0": src, "src1": bias}, {"dst": b.output(op.outputs[0])})
 
 
+def _lower_prelu(b: Builder, op: Op) -> None:
+    src, slope = b.view(op.inputs[0]), b.view(op.inputs[1])
+    placed = prelu_slope_shape(op.kind, op.attrs, known_shape(op.inputs[0]), known_shape(op.inputs[1]))
+    pad = len(placed) - slope.desc.ndims
+    if placed == (1,) * pad + slope.desc.dims:  # right-aligned: the slope's strides, 1s before
+        strides = (1,) * pad + slope.desc.strides
+    else:  # a 1-D slope on the channel dim of NCX
+        strides = tuple(slope.desc.strides[0] if d != 1 else 1 for d in placed)
+    slope = View(slope.slot, MemoryDesc(placed, slope.desc.dtype, strides))
+    b.run(op, lambda src, weights, dst: PreluDesc(src, weights, dst),
+          {"src": src, "weights": slope}, {"dst": b.output(op.outputs[0])})
+
+
 # -- matmul ------------------------------------------------------------------------------------
 
 
@@ -431,6 +448,26 @@ def _lower_convolution(b: Builder, op: Op) -> None:
     b.run(op, make, inputs, {"dst": dst})
 
 
+def _lower_conv_transpose(b: Builder, op: Op) -> None:
+    a = op.attrs
+    geometry = conv_transpose_geometry(op.kind, a, known_shape(op.inputs[0]), known_shape(op.inputs[1]))
+    src, wei = b.view(op.inputs[0]), b.view(op.inputs[1])
+    dst = b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    wei = permuted(wei, conv_transpose_weights_order(a.get("weights_format", "XOI"), wei.desc.ndims))
+    inputs = {"src": src, "weights": wei}
+    if len(op.inputs) > 2:
+        inputs["bias"] = b.view(op.inputs[2])
+
+    def make(src, weights, dst, bias=None):
+        return DeconvolutionDesc(src, weights, dst, bias, strides=geometry.strides, padding_l=geometry.pads_begin,
+                                 padding_r=geometry.pads_end, dilation=geometry.dilations, groups=geometry.groups,
+                                 output_padding=geometry.output_padding)
+
+    b.run(op, make, inputs, {"dst": dst})
+
+
 def _lower_pool(b: Builder, op: Op) -> None:
     a = op.attrs
     src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
@@ -450,14 +487,28 @@ def _lower_pool(b: Builder, op: Op) -> None:
           {"src": src}, {"dst": dst})
 
 
+def _lower_interpolate(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])  # a sizes input: dst's shape says it
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    alg = "nearest" if a["mode"] == "nearest" else "linear"  # bilinear, trilinear: linear by rank
+    align = a.get("coordinate_transformation_mode", "half_pixel") == "align_corners"
+    b.run(op, lambda src, dst: ResamplingDesc(alg, src, dst, align_corners=align), {"src": src}, {"dst": dst})
+
+
 # -- softmax, normalization, reduction -------------------------------------------------------------
 
 
 def _lower_softmax(b: Builder, op: Op) -> None:
     alg = "logsoftmax" if op.kind == "LogSoftmax" else "softmax"
     axis = op.attrs.get("axis", 1)
-    b.run(op, lambda src, dst: SoftmaxDesc(alg, src, dst, axis),
-          {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+    inf_as_zero = op.attrs.get("mode", "none") == "inf_as_zero"
+    outputs = {"dst": b.output(op.outputs[0])}
+    if len(op.outputs) > 1:
+        outputs["stats"] = b.output(op.outputs[1])
+    b.run(op, lambda src, dst, stats=None: SoftmaxDesc(alg, src, dst, axis, stats=stats, inf_as_zero=inf_as_zero),
+          {"src": b.view(op.inputs[0])}, outputs)
 
 
 def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
@@ -602,12 +653,15 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     **{kind: _lower_unary for kind in UNARY_ELTWISE_KINDS},
     **{kind: _lower_binary for kind in _BINARY},
     "Select": _lower_select,
+    "PReLU": _lower_prelu,
     "SquaredDifference": _lower_squared_difference,
     "BiasAdd": _lower_bias_add,
     "MatMul": _lower_matmul,
     "Convolution": _lower_convolution,
+    "ConvTranspose": _lower_conv_transpose,
     "MaxPool": _lower_pool,
     "AvgPool": _lower_pool,
+    "Interpolate": _lower_interpolate,
     "SoftMax": _lower_softmax,
     "LogSoftmax": _lower_softmax,
     "LayerNorm": _lower_layer_norm,
@@ -626,11 +680,12 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
 
 def is_supported(op: Op) -> bool:
     """Whether the op lowers, with every output it declares (oneDNN's optional training
-    outputs, SoftMax stats, RMSNorm rrms, GroupNorm mean/variance, are not produced yet)."""
+    outputs, RMSNorm rrms, GroupNorm mean/variance, are not produced yet)."""
     if op.kind not in LOWERINGS:
         return False
-    if op.kind == "SoftMax" and len(op.outputs) > 1:
-        return False
+    if op.kind == "Interpolate" and op.attrs.get("mode") == "nearest" and \
+            op.attrs.get("coordinate_transformation_mode") == "align_corners":
+        return False  # no rounding rule is defined for it (oneDNN runs no align_corners at all)
     if op.kind == "RMSNorm" and len(op.outputs) > 1:
         return False
     if op.kind == "GroupNorm" and len(op.outputs) > 1:

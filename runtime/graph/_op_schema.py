@@ -58,9 +58,10 @@ class OpSchema:
     limit), its attributes, the names oneDNN gives its inputs/outputs, and how it lowers.
 
     ``category`` groups kinds by lowering: ``eltwise`` (one input, elementwise), ``binary``
-    (two inputs, broadcasting), ``select``, ``matmul``, ``convolution``, ``pooling``, ``norm``,
-    ``softmax``, ``reduction``, ``reshape`` (data movement: reshape, transpose, concat, reorder,
-    typecast), ``bias``, ``index`` and ``special`` (Wildcard, End). ``algorithm`` is the name of
+    (two inputs, broadcasting), ``select``, ``matmul``, ``convolution``, ``deconvolution``,
+    ``pooling``, ``resampling``, ``norm``, ``softmax``, ``reduction``, ``reshape`` (data movement:
+    reshape, transpose, concat, reorder, typecast), ``bias``, ``index``, ``prelu``,
+    ``unsupported`` (recognised, not run) and ``special`` (Wildcard, End). ``algorithm`` is the name of
     the matching algorithm of ``triodnn.kernels`` (eltwise alg, binary alg, reduction alg,
     pooling alg) where there is one; attribute-dependent eltwise parameters come from
     ``eltwise_parameters`` below.
@@ -89,11 +90,16 @@ class OpSchema:
 
 DATA_FORMATS = ("NXC", "NCX")
 CONV_WEIGHTS_FORMATS = ("XIO", "OIX")
+# ConvTranspose's: O is the output channels per group, I all the input channels; oneDNN's
+# op_def takes XOI (the default) and IOX, and its documentation OIX and XIO too.
+CONV_TRANSPOSE_WEIGHTS_FORMATS = ("XOI", "IOX", "OIX", "XIO")
 AUTO_PADS = ("None", "SAME_UPPER", "SAME_LOWER", "VALID")
 AUTO_BROADCASTS = ("none", "numpy")
 ROUNDING_TYPES = ("floor", "ceil")
 GELU_MODES = ("gelu_erf", "gelu_tanh")
 SOFTMAX_MODES = ("none", "inf_as_zero")
+INTERPOLATE_MODES = ("nearest", "linear", "bilinear", "trilinear")
+COORDINATE_TRANSFORMATION_MODES = ("half_pixel", "align_corners")
 # Op-level accumulation mode (oneDNN's graph RFC "accumulation mode on op level", the values of
 # dnnl::accumulation_mode); set on MatMul and Convolution by recent serialized graphs.
 ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
@@ -168,6 +174,13 @@ def _schemas() -> dict[str, OpSchema]:
         ]), "matmul", None, ("src", "weights", "bias")),
         OpSchema("Convolution", (2, 3), (1, 1), _attr_map(conv_attrs), "convolution", None,
                  ("src", "weights", "bias")),
+        # output_padding: oneDNN's default is DNNL_MAX_NDIMS zeros, so serialized graphs carry
+        # 12 entries; the first one per spatial dim counts.
+        OpSchema("ConvTranspose", (2, 3), (1, 1), _attr_map([
+            *(spec for spec in conv_attrs if spec.name != "weights_format"),
+            AttrSpec("weights_format", "string", default="XOI", choices=CONV_TRANSPOSE_WEIGHTS_FORMATS),
+            AttrSpec("output_padding", "s64[]", minimum=0),
+        ]), "deconvolution", None, ("src", "weights", "bias")),
         OpSchema("BiasAdd", (2, 2), (1, 1), _attr_map([_data_format()]), "bias", "add",
                  ("src", "bias")),
         _binary("Add", "add"),
@@ -202,6 +215,12 @@ def _schemas() -> dict[str, OpSchema]:
         _eltwise("Pow", "pow", AttrSpec("beta", "f32", required=True)),
         _eltwise("Round", "round"),
         _eltwise("Reciprocal", "reciprocal"),
+        # dst = src >= 0 ? src : slope * src; a 1-D slope sits on the channel dim when
+        # per_channel_broadcast (oneDNN's default), on the last dim otherwise.
+        OpSchema("PReLU", (2, 2), (1, 1), _attr_map([
+            _data_format(),
+            AttrSpec("per_channel_broadcast", "bool", default=True),
+        ]), "prelu", None, ("src", "slope")),
         # SoftMax's optional second output is the row statistic max + log(sum(exp(x - max))).
         OpSchema("SoftMax", (1, 1), (1, 2), _attr_map([
             AttrSpec("axis", "s64", default=1),
@@ -227,6 +246,16 @@ def _schemas() -> dict[str, OpSchema]:
         ]), "norm", "batch_normalization", ("src", "gamma", "beta", "mean", "variance")),
         _pool("MaxPool", "max"),
         _pool("AvgPool", None),  # avg_include_padding or avg_exclude_padding by exclude_pad
+        # Exactly one of sizes and scales (op_def_constraint's check_interpolate_sizes_scales);
+        # the optional input 1 is the sizes as an s32 tensor, the output shape then given.
+        OpSchema("Interpolate", (1, 2), (1, 1), _attr_map([
+            AttrSpec("mode", "string", required=True, choices=INTERPOLATE_MODES),
+            AttrSpec("sizes", "s64[]", minimum=1),
+            AttrSpec("scales", "f32[]"),
+            AttrSpec("coordinate_transformation_mode", "string", default="half_pixel",
+                     choices=COORDINATE_TRANSFORMATION_MODES),
+            _data_format(),
+        ]), "resampling", None, ("src", "sizes")),
         OpSchema("Reorder", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
         OpSchema("TypeCast", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
         OpSchema("StaticReshape", (1, 1), (1, 1), _attr_map([
@@ -268,11 +297,11 @@ def _schemas() -> dict[str, OpSchema]:
 
 RECOGNISED_NOT_RUN = (
     "AbsBackward", "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
-    "BiasAddBackward", "ClampBackward", "ConvTranspose", "ConvTransposeBackwardData",
+    "BiasAddBackward", "ClampBackward", "ConvTransposeBackwardData",
     "ConvTransposeBackwardWeights", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
     "Dequantize", "DynamicDequantize", "DynamicQuantize", "EluBackward", "GELUBackward",
-    "HardSigmoidBackward", "HardSwishBackward", "Interpolate", "InterpolateBackward",
-    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward", "MishBackward", "PReLU",
+    "HardSigmoidBackward", "HardSwishBackward", "InterpolateBackward",
+    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward", "MishBackward",
     "PReLUBackward", "Quantize", "ReLUBackward", "SigmoidBackward", "SoftMaxBackward",
     "SoftPlusBackward", "SqrtBackward", "TanhBackward",
 )
@@ -430,8 +459,8 @@ def normalize_attrs(kind: str, attrs_: Mapping) -> dict:
 def _check_cross_attrs(kind: str, attrs_: dict) -> None:
     """Checks across attributes that need no shapes (op_def_constraint.cpp and friends)."""
     schema = OP_SCHEMAS[kind]
-    if schema.category in ("convolution", "pooling"):
-        lengths = "strides" if kind == "Convolution" else "kernel"
+    if schema.category in ("convolution", "deconvolution", "pooling"):
+        lengths = "kernel" if schema.category == "pooling" else "strides"
         spatial = len(attrs_[lengths])
         if kind == "MaxPool" and "dilations" not in attrs_:
             attrs_["dilations"] = [1] * spatial
@@ -445,6 +474,9 @@ def _check_cross_attrs(kind: str, attrs_: dict) -> None:
                                   f"entries, {lengths} {attrs_[lengths]} has {spatial}")
         if spatial == 0:
             raise _fail(kind, f"attribute {lengths!r} is empty: no spatial dimension")
+    if kind == "Interpolate" and bool(attrs_.get("sizes")) == bool(attrs_.get("scales")):
+        raise _fail(kind, "exactly one of the attributes 'sizes' and 'scales' must be given "
+                          f"(sizes {attrs_.get('sizes')}, scales {attrs_.get('scales')})")
     if kind == "StaticReshape" and attrs_["shape"].count(-1) > 1:
         raise _fail(kind, f"attribute 'shape' {attrs_['shape']} has more than one -1")
     if kind == "StaticTranspose":

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import attrs
+import numpy as np
 
 from .._values._errors import ShapeInferenceError
 from ._op_schema import normalize_attrs, schema_of
@@ -236,6 +237,105 @@ def spatial_geometry(kind: str, attrs_: Mapping, src_shape: Shape,
     )
 
 
+# Where each ConvTranspose weights format keeps (I, O, spatial...): axis indices into the shape.
+_CONV_TRANSPOSE_AXES = {"IOX": lambda n: (0, 1, *range(2, n)), "OIX": lambda n: (1, 0, *range(2, n)),
+                        "XIO": lambda n: (n - 2, n - 1, *range(n - 2)), "XOI": lambda n: (n - 1, n - 2, *range(n - 2))}
+
+
+def conv_transpose_weights_order(weights_format: str, ndims: int) -> tuple[int, ...]:
+    """The axes of ConvTranspose weights in ``weights_format`` that give (I, O/groups, k...)."""
+    return tuple(_CONV_TRANSPOSE_AXES[weights_format](ndims))
+
+
+@attrs.frozen(slots=True)
+class ConvTransposeGeometry:
+    """A ConvTranspose's geometry, channels first: pads after ``auto_pad``, the output padding's
+    entries for the spatial dims, the output spatial sizes."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel: Shape
+    strides: Shape
+    dilations: Shape
+    pads_begin: Shape
+    pads_end: Shape
+    output_padding: Shape
+    out_spatial: Shape
+
+
+def conv_transpose_geometry(kind: str, attrs_: Mapping, src_shape: Shape, weights_shape: Shape) -> ConvTransposeGeometry:
+    """oneDNN's infer_convtranspose_output_shape: ``out = s * (in - 1) + dil * (k - 1) + 1 +
+    output_padding - pads_begin - pads_end`` and ``weights O * groups`` channels; ``auto_pad``
+    SAME_* pads ``k - s`` in all (dilation 1 only), the odd one at the end for SAME_UPPER."""
+    a = normalize_attrs(kind, attrs_)
+    src, wei = tuple(src_shape), tuple(weights_shape)
+    fmt, wfmt = a["data_format"], a["weights_format"]
+    if not 3 <= len(src) <= 5:
+        raise _error(kind, f"src shape {_fmt(src)} needs a batch, a channel and 1 to 3 spatial dims")
+    if len(wei) != len(src):
+        raise _error(kind, f"weights shape {_fmt(wei)} rank differs from src {_fmt(src)}")
+    nsp = len(src) - 2
+    src_ncx = _nxc_to_ncx(src) if fmt == "NXC" else src
+    i_axis, o_axis, *k_axes = conv_transpose_weights_order(wfmt, len(wei))
+    kernel = tuple(wei[k] for k in k_axes)
+    groups = a["groups"]
+    in_channels, w_in = src_ncx[1], wei[i_axis]
+    if UNKNOWN not in (in_channels, w_in) and (in_channels != w_in or in_channels % groups):
+        raise _error(kind, f"src channels {in_channels} (src {_fmt(src)}, {fmt}) must equal the weights' input "
+                           f"channels {w_in} (weights {_fmt(wei)}, {wfmt}) and divide by groups {groups}")
+    strides, dilations = tuple(a["strides"]), tuple(a["dilations"])
+    if len(strides) != nsp:
+        raise _error(kind, f"strides {list(strides)} has {len(strides)} entries for src {_fmt(src)} ({fmt}) "
+                           f"with {nsp} spatial dims")
+    output_padding = tuple(a.get("output_padding") or [0] * nsp)
+    if len(output_padding) < nsp:
+        raise _error(kind, f"output_padding {list(output_padding)} has fewer entries than the {nsp} spatial dims")
+    output_padding = output_padding[:nsp]
+    begin, end, out = [], [], []
+    for i in range(nsp):
+        pb, pe = a["pads_begin"][i], a["pads_end"][i]
+        if a["auto_pad"] == "VALID":
+            pb = pe = 0
+        elif a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+            if dilations[i] != 1:
+                raise _error(kind, f"auto_pad {a['auto_pad']} needs dilations of 1, got {list(dilations)}")
+            needed = kernel[i] - strides[i]
+            if needed < 0:
+                raise _error(kind, f"auto_pad {a['auto_pad']}: kernel {kernel[i]} is smaller than stride "
+                                   f"{strides[i]} on spatial dim {i} (a negative pad)")
+            pb = (needed + 1) // 2 if a["auto_pad"] == "SAME_LOWER" else needed // 2
+            pe = needed - pb
+        begin.append(pb)
+        end.append(pe)
+        size = src_ncx[2 + i]
+        if UNKNOWN in (size, kernel[i]):
+            out.append(UNKNOWN)
+            continue
+        o = strides[i] * (size - 1) + dilations[i] * (kernel[i] - 1) + 1 + output_padding[i] - pb - pe
+        if o < 1:
+            raise _error(kind, f"spatial dim {i}: input {size}, kernel {kernel[i]}, stride {strides[i]}, pads "
+                               f"{pb}+{pe} leave no output (src {_fmt(src)})")
+        out.append(o)
+    out_channels = UNKNOWN if wei[o_axis] == UNKNOWN else wei[o_axis] * groups
+    return ConvTransposeGeometry(
+        batch=src_ncx[0], in_channels=in_channels, out_channels=out_channels, groups=groups, kernel=kernel,
+        strides=strides, dilations=dilations, pads_begin=tuple(begin), pads_end=tuple(end),
+        output_padding=output_padding, out_spatial=tuple(out),
+    )
+
+
+def _conv_transpose(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    geometry = conv_transpose_geometry(kind, a, shapes[0], shapes[1])
+    if len(shapes) == 3:
+        bias = shapes[2]
+        if len(bias) != 1 or UNKNOWN not in (bias[0], geometry.out_channels) and bias[0] != geometry.out_channels:
+            raise _error(kind, f"bias {_fmt(bias)} must be 1-D with the {geometry.out_channels} output channels")
+    out = (geometry.batch, geometry.out_channels, *geometry.out_spatial)
+    return _ncx_to_nxc(out) if a["data_format"] == "NXC" else out
+
+
 # -- per-kind rules -------------------------------------------------------------------------
 
 
@@ -423,6 +523,52 @@ def _reduce(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     return tuple(d for i, d in enumerate(src) if i not in axes)
 
 
+def prelu_slope_shape(kind: str, attrs_: Mapping, src: Shape, slope: Shape) -> Shape:
+    """PReLU's slope shape as it broadcasts to ``src``, padded with 1s to src's rank (oneDNN's
+    PReLU.md rules): a 1-D slope as long as the channels sits on the channel dim (1 for NCX,
+    the last for NXC) under ``per_channel_broadcast``; otherwise numpy's right alignment, one
+    way (each slope dim 1 or src's)."""
+    a = normalize_attrs(kind, attrs_)
+    src, slope = tuple(src), tuple(slope)
+    if len(slope) > len(src):
+        raise _error(kind, f"slope {_fmt(slope)} has more dims than src {_fmt(src)}")
+    if len(slope) == 1 and len(src) >= 2 and a["per_channel_broadcast"] and slope[0] != 1:
+        channel = 1 if a["data_format"] == "NCX" else len(src) - 1
+        if UNKNOWN not in (slope[0], src[channel]) and slope[0] != src[channel]:
+            raise _error(kind, f"slope {_fmt(slope)} must have the {src[channel]} channels of src "
+                               f"{_fmt(src)} ({a['data_format']}, per_channel_broadcast)")
+        return tuple(slope[0] if i == channel else 1 for i in range(len(src)))
+    _one_way(kind, src, slope, "slope")
+    return (1,) * (len(src) - len(slope)) + slope
+
+
+def _interpolate(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    """oneDNN's infer_interpolate_output_shape: the spatial dims become ``sizes``, or
+    ``in * scale`` computed in float32 and truncated (C's ``int64 *= float``)."""
+    src = shapes[0]
+    nsp = len(src) - 2
+    if not 1 <= nsp <= 3:
+        raise _error(kind, f"src {_fmt(src)} needs a batch, a channel and 1 to 3 spatial dims")
+    start = 2 if a["data_format"] == "NCX" else 1
+    given = "sizes" if a.get("sizes") else "scales"
+    values = a[given]
+    if len(values) != nsp:
+        raise _error(kind, f"{given} {values} has {len(values)} entries for the {nsp} spatial dims of "
+                           f"src {_fmt(src)} ({a['data_format']})")
+    out = list(src)
+    for i, value in enumerate(values):
+        d = src[start + i]
+        if given == "sizes":
+            out[start + i] = value
+        elif d != UNKNOWN:
+            with np.errstate(all="ignore"):
+                scaled = float(np.float32(d) * np.float32(value))
+            out[start + i] = int(scaled) if math.isfinite(scaled) else 0
+        if out[start + i] != UNKNOWN and out[start + i] < 1:
+            raise _error(kind, f"spatial dim {i} of src {_fmt(src)} becomes {out[start + i]} with {given} {values}")
+    return tuple(out)
+
+
 def _select(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     cond, src0, src1 = shapes
     if a["auto_broadcast"] == "none":
@@ -469,12 +615,19 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return [broadcast_shapes(kind, *shapes)]
     if kind == "Select":
         return [_select(kind, a, shapes)]
+    if kind == "Interpolate":
+        return [_interpolate(kind, a, shapes)]
+    if kind == "PReLU":
+        prelu_slope_shape(kind, a, shapes[0], shapes[1])
+        return [shapes[0]]
     if kind == "MatMul":
         return [_matmul(kind, a, shapes)]
     if kind == "BiasAdd":
         return [_bias_add(kind, a, shapes)]
     if kind == "Convolution":
         return [_convolution(kind, a, shapes)]
+    if kind == "ConvTranspose":
+        return [_conv_transpose(kind, a, shapes)]
     if category == "pooling":
         return [_pool(kind, a, shapes)]
     if kind in ("SoftMax", "LogSoftmax"):
@@ -509,6 +662,7 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
 
 
 __all__ = [
-    "UNKNOWN", "SpatialGeometry", "auto_pads", "broadcast_shapes", "infer_output_shapes",
-    "norm_axes", "reduce_axes", "reshape_target", "spatial_geometry", "transpose_order",
+    "UNKNOWN", "ConvTransposeGeometry", "SpatialGeometry", "auto_pads", "conv_transpose_geometry",
+    "conv_transpose_weights_order", "broadcast_shapes", "infer_output_shapes",
+    "norm_axes", "prelu_slope_shape", "reduce_axes", "reshape_target", "spatial_geometry", "transpose_order",
 ]

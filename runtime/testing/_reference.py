@@ -25,15 +25,20 @@ from .._values import _dtypes
 from .._values._errors import InvalidGraphError, UnsupportedError
 from ..graph._op_schema import check_op, eltwise_parameters, schema_of
 from ..graph._shape_inference import (
+    conv_transpose_geometry,
+    conv_transpose_weights_order,
     infer_output_shapes,
     norm_axes,
+    prelu_slope_shape,
     reduce_axes,
     reshape_target,
     spatial_geometry,
     transpose_order,
 )
+from ..kernels import deconvolution as kernel_deconvolution
 from ..kernels import eltwise as kernel_eltwise
 from ..kernels import pooling as kernel_pooling
+from ..kernels import resampling as kernel_resampling
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
 _INTEGER_DTYPES: dict[str, type[np.integer]] = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
@@ -249,6 +254,37 @@ def _bias_add(a: dict, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return x + bias.reshape(shape)
 
 
+def _prelu(a: dict, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """src >= 0 ? src : slope * src, the slope placed as PReLU.md's broadcast rules say."""
+    w = slope.reshape(prelu_slope_shape("PReLU", a, x.shape, slope.shape))
+    return np.where(x >= 0, x, w * x)
+
+
+def _interpolate(a: dict, x: np.ndarray) -> np.ndarray:
+    """oneDNN's resampling (its float32 coordinates and roundf) through the kernels' reference."""
+    out = infer_output_shapes("Interpolate", a, [x.shape])[0]
+    nxc = a["data_format"] == "NXC"
+    if nxc:
+        x, out = np.moveaxis(x, -1, 1), (out[0], out[-1], *out[1:-1])
+    alg = "nearest" if a["mode"] == "nearest" else "linear"
+    y = kernel_resampling.reference(alg, x, tuple(out[2:]),
+                                    align_corners=a["coordinate_transformation_mode"] == "align_corners")
+    y = _f64(y)
+    return np.moveaxis(y, 1, -1) if nxc else y
+
+
+def _conv_transpose(a: dict, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    g = conv_transpose_geometry("ConvTranspose", a, x.shape, w.shape)
+    nxc = a["data_format"] == "NXC"
+    if nxc:
+        x = np.moveaxis(x, -1, 1)
+    w = np.transpose(w, conv_transpose_weights_order(a["weights_format"], w.ndim))
+    y = _f64(kernel_deconvolution.reference(
+        x, w, bias, strides=g.strides, padding_l=g.pads_begin, padding_r=g.pads_end, dilation=g.dilations,
+        groups=g.groups, output_padding=g.output_padding))
+    return np.moveaxis(y, 1, -1) if nxc else y
+
+
 # -- reductions and data movement -----------------------------------------------------------
 
 
@@ -377,6 +413,12 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return [_convolution(a, values[0], values[1], values[2] if len(values) > 2 else None)]
     if kind == "BiasAdd":
         return [_bias_add(a, values[0], values[1])]
+    if kind == "PReLU":
+        return [_prelu(a, values[0], values[1])]
+    if kind == "Interpolate":
+        return [_interpolate(a, values[0])]
+    if kind == "ConvTranspose":
+        return [_conv_transpose(a, values[0], values[1], values[2] if len(values) > 2 else None)]
     if category == "pooling":
         return [_pool(kind, a, values[0])]
     if kind in ("SoftMax", "LogSoftmax"):

@@ -39,6 +39,9 @@ CASES = {
     "group_normalization": triodnn.GroupNormDesc(md(2, 6, 5, 5), groups=3, scale=md(6), shift=md(6)),
     "sdpa": triodnn.SdpaDesc(md(1, 2, 8, 16), md(1, 2, 12, 16), md(1, 2, 12, 16), causal="top_left"),
     "gen_index": triodnn.GenIndexDesc(md(3, 4, dtype="s32"), axis=1),
+    "prelu": triodnn.PreluDesc(md(2, 5, 3, 3), md(1, 5, 1, 1)),
+    "deconvolution": triodnn.DeconvolutionDesc(md(2, 4, 5, 5), md(4, 3, 3, 3), bias=md(6), strides=2, groups=2),
+    "resampling": triodnn.ResamplingDesc("linear", md(2, 3, 5, 7), md(2, 3, 9, 4)),
 }
 
 
