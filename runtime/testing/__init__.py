@@ -5,6 +5,11 @@
 - ``run_case`` / ``run_cases``: the benchdnn-style graph driver behind ``triodnn graph`` (fill
   the inputs, run every partition, compare each output with the op-by-op numpy reference);
   ``make_inputs`` and ``run_graph`` are its steps.
+- ``parse_harness`` / ``run_benchdnn_runs``: benchdnn's harness files (``--batch=FILE``) and
+  options (``--reset``, ``--in-shapes``, ``--op-attrs``, ``--op-kind``, ``--mb``, ``--dt``,
+  ``--tensor-property``, ``--attr-fpmath``, comma alternatives) as ``Run`` records, run with
+  benchdnn's states (PASSED, SKIPPED, UNIMPLEMENTED, INVALID_ARGUMENTS, FAILED);
+  ``rewrite_graph`` applies one run's options to a graph document.
 - ``fill_input``, ``tolerance``, ``narrowest_dtype``: benchdnn graph's input filling and the
   comparison tolerances of partitions.
 - ``reference``, ``to_dtype_values``: numpy references of oneDNN Graph ops, one op at a time.
@@ -13,8 +18,11 @@
 Nothing in ``triodnn`` or ``triodnn.graph`` imports this package; the command line does.
 """
 
+from ._benchdnn import Run
+from ._benchdnn import parse_file as parse_harness
+from ._benchdnn import rewrite as rewrite_graph
 from ._demo import run_demo
-from ._driver import CaseResult, OutputCheck, make_inputs, run_case, run_cases, run_graph
+from ._driver import CaseResult, OutputCheck, make_inputs, run_benchdnn, run_benchdnn_runs, run_case, run_cases, run_graph
 from ._filling import ROLES, fill_input, narrowest_dtype, tolerance
 from ._reference import FLOAT_DTYPES, reference, to_dtype_values
 
@@ -23,10 +31,15 @@ __all__ = [
     "FLOAT_DTYPES",
     "OutputCheck",
     "ROLES",
+    "Run",
     "fill_input",
     "make_inputs",
     "narrowest_dtype",
+    "parse_harness",
     "reference",
+    "rewrite_graph",
+    "run_benchdnn",
+    "run_benchdnn_runs",
     "run_case",
     "run_cases",
     "run_demo",

@@ -22,9 +22,12 @@ import numpy as np
 from .. import _trace
 from .._runtime import open_runtime
 from .._stream import StreamFlags
-from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError
+from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError, UnsupportedError
 from ..graph import Graph, LogicalTensor, Tensor, from_dict
-from ..graph._logical_tensor import known_shape
+from ..graph._logical_tensor import GRAPH_DTYPES, PROPERTY_TYPES, known_shape
+from ..graph._op_schema import OP_SCHEMAS
+from ..graph._shape_inference import infer_output_shapes
+from . import _benchdnn
 from ._filling import fill_input, tolerance
 from ._reference import reference
 
@@ -49,13 +52,18 @@ class OutputCheck:
 @attrs.frozen
 class CaseResult:
     case: str
-    status: str                     # PASSED, FAILED, UNIMPLEMENTED, or PERF
+    # PASSED, FAILED, UNIMPLEMENTED, PERF (run_case's --mode P); the harness driver adds
+    # SKIPPED and INVALID_ARGUMENTS, benchdnn's other states.
+    status: str
     partitions: tuple[str, ...]
     checks: tuple[OutputCheck, ...] = ()
     message: str = ""
-    ms_per_run: float | None = None
+    ms_per_run: float | None = None   # average over the timed runs
     runs: int = 0
     seconds: float = 0.0
+    repro: str = ""                   # benchdnn's options of the run (harness driver)
+    min_ms: float | None = None
+    gflops: float | None = None       # per run, where the partitions' flops are defined
 
     def summary(self) -> str:
         parts = f"{len(self.partitions)} partition(s): " + "; ".join(self.partitions)
@@ -228,8 +236,10 @@ def compare(lt: LogicalTensor, got: np.ndarray, want: np.ndarray, kinds: set[str
 
 
 async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray], policy: str,
-                    *, repeat: int = 0):
-    """Execute every partition; returns (partitions, {tensor id: result array}, ms per run)."""
+                    *, repeat: int = 0, timings: list[float] | None = None):
+    """Execute every partition; returns (partitions, {tensor id: result array}, ms per run).
+    With ``timings``, each timed run is awaited alone and its milliseconds appended (benchdnn's
+    min and average need them one by one)."""
     partitions = graph.get_partitions(policy)
     unsupported = [p for p in partitions if not p.is_supported]
     if unsupported:
@@ -256,7 +266,16 @@ async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray],
     if event is not None:  # None: no partition to run
         await event
     ms = None
-    if repeat:
+    if repeat and timings is not None:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for cp, in_tensors, out_tensors in compiled:
+                event = cp.execute(stream, in_tensors, out_tensors)
+            if event is not None:
+                await event
+            timings.append((time.perf_counter() - start) * 1e3)
+        ms = sum(timings) / len(timings)
+    elif repeat:
         start = time.perf_counter()
         for _ in range(repeat):
             for cp, in_tensors, out_tensors in compiled:
@@ -363,3 +382,189 @@ def summary_table(results: list[CaseResult]) -> str:
 def _engine_args(spec: str) -> tuple:
     kind, _, index = spec.partition(":")
     return (kind, int(index or 0))
+
+
+# --- benchdnn harness runs -----------------------------------------------------------------
+
+# benchdnn's states, in the order its summary line names them.
+STATES = ("PASSED", "SKIPPED", "MISTRUSTED", "UNIMPLEMENTED", "INVALID_ARGUMENTS", "FAILED")
+# Data types oneDNN names that no OpenCL device here computes in: benchdnn skips what the
+# device lacks. The others triodnn lacks (f8, s4, …) are triodnn's gaps: UNIMPLEMENTED.
+_DEVICE_LACKS = ("f64",)
+
+
+def _not_runnable(document: dict) -> tuple[str, str] | None:
+    """A graph triodnn cannot load for a reason that is its own or the device's, not the
+    graph's: (state, every such reason), before ``from_dict`` calls it malformed."""
+    ops = document.get("graph") if isinstance(document, dict) else None
+    if not isinstance(ops, list):
+        return None
+    ops = [op for op in ops if isinstance(op, dict)]
+    tensors = [t for op in ops for t in op.get("inputs", []) + op.get("outputs", []) if isinstance(t, dict)]
+    lacking = sorted({t["dtype"] for t in tensors if t.get("dtype") in _DEVICE_LACKS})
+    if lacking:
+        return "SKIPPED", f"data type {', '.join(lacking)} is not supported by the device"
+    reasons = [f"op kind {kind} is not implemented" for kind in sorted({op.get("kind") for op in ops})
+               if kind in _benchdnn.ONEDNN_OP_KINDS and kind not in OP_SCHEMAS]
+    reasons += [f"data type {dt} is not implemented" for dt in sorted({t.get("dtype") for t in tensors})
+                if dt in _benchdnn.ONEDNN_DTYPES and dt not in GRAPH_DTYPES]
+    reasons += [f"property_type {prop} is not implemented" for prop in sorted({t.get("property_type") for t in tensors})
+                if prop in _benchdnn.PROPERTIES and prop not in PROPERTY_TYPES]
+    return ("UNIMPLEMENTED", "; ".join(reasons)) if reasons else None
+
+
+def _flops(graph: Graph, arrays: dict[int, np.ndarray]) -> float | None:
+    """Multiply-adds ×2 of the graph's MatMul and Convolution ops (SDPA is two MatMuls), with
+    shapes inferred from the inputs; None when the graph has neither."""
+    shapes = {lt_id: a.shape for lt_id, a in arrays.items()}
+    total = 0.0
+    counted = False
+    for op in graph.ops:
+        if op.kind == "End":
+            continue
+        ins = [shapes.get(lt.id) for lt in op.inputs]
+        if any(s is None for s in ins):
+            return None
+        try:
+            outs = infer_output_shapes(op.kind, op.attrs, ins, len(op.outputs))
+        except TriodnnError:
+            return None
+        for lt, shape in zip(op.outputs, outs):
+            shapes[lt.id] = tuple(shape)
+        if op.kind == "MatMul":
+            a = ins[0]
+            k = a[-2] if op.attrs.get("transpose_a") and len(a) > 1 else a[-1]
+            total += 2.0 * math.prod(outs[0]) * k
+            counted = True
+        elif op.kind == "Convolution":
+            w = ins[1]
+            fmt = op.attrs.get("weights_format", "XIO")
+            ic_per_group = w[-2] if fmt == "XIO" else w[1]
+            spatial = w[:-2] if fmt == "XIO" else w[2:]
+            total += 2.0 * math.prod(outs[0]) * ic_per_group * math.prod(spatial)
+            counted = True
+    return total if counted else None
+
+
+async def run_benchdnn(run: _benchdnn.Run, *, engine, policy: str = "fusion", repeat: int = 20,
+                       seed: int = 0) -> CaseResult:
+    """One harness run in benchdnn's terms: the graph rewritten by the run's options, checked
+    (mode C), timed (P) or both (CP). Never raises for a graph or a triodnn gap: the state and
+    its reason are in the result."""
+    def result(status, names=(), message="", **kw):
+        return CaseResult(run.case, status, tuple(names), message=message, repro=run.repro(), **kw)
+
+    try:
+        document = json.loads(run.path.read_text())
+    except (OSError, ValueError) as exc:
+        return result("INVALID_ARGUMENTS", message=f"cannot read graph {str(run.path)!r}: {exc}")
+    try:
+        document = _benchdnn.rewrite(document, run)
+    except InvalidArgumentError as exc:
+        return result("INVALID_ARGUMENTS", message=str(exc))
+    except (KeyError, TypeError, AttributeError) as exc:  # a malformed document: from_dict says where
+        return result("INVALID_ARGUMENTS", message=f"malformed graph: {_malformed(document, exc)}")
+    verdict = _not_runnable(document)
+    if verdict:
+        return result(verdict[0], message=verdict[1])
+    names: tuple[str, ...] = ()
+    try:
+        graph = from_dict(document)
+        stream = await engine.stream(StreamFlags.in_order)
+        arrays = make_inputs(graph, seed)
+        timings: list[float] = []
+        timed = "P" in run.mode
+        partitions, results, _ = await run_graph(graph, engine, stream, arrays, policy,
+                                                 repeat=repeat if timed else 0, timings=timings)
+        names = describe(partitions)
+        if results is None:
+            # Before the count: an op triodnn lacks splits oneDNN's one partition into several.
+            unsupported = sorted({n.removeprefix("unsupported ") for n in names if n.startswith("unsupported ")})
+            return result("UNIMPLEMENTED", names, "unsupported partition(s): " + ", ".join(unsupported))
+        expected = int(run.expected_n_partitions)
+        # The count is oneDNN's fusion; op by op (policy debug) it means nothing.
+        if policy == "fusion" and expected and len(partitions) != expected:
+            return result("FAILED", names, f"expected {expected} partition(s), got {len(partitions)}: "
+                                           + "; ".join(names))
+        checks: tuple[OutputCheck, ...] = ()
+        if "C" in run.mode:
+            try:
+                want, magnitudes = reference_outputs(graph, arrays)
+            except TriodnnError as exc:
+                # The partitions ran; the checker is what lacks the op: triodnn's gap, not the graph's.
+                return result("UNIMPLEMENTED", names, f"numpy reference: {type(exc).__name__}: {exc}")
+            checks = tuple(compare(graph.tensor(i), got, want[i], _kinds_upstream(graph, i), magnitudes.get(i))
+                           for i, got in results.items())
+        status = "PASSED" if all(c.passed for c in checks) else "FAILED"
+        perf = {}
+        if timed and timings:
+            flops = _flops(graph, arrays)
+            perf = dict(ms_per_run=sum(timings) / len(timings), min_ms=min(timings), runs=len(timings),
+                        gflops=None if flops is None else flops / (min(timings) * 1e6))
+        return CaseResult(run.case, status, names, checks, repro=run.repro(), **perf)
+    except UnsupportedError as exc:
+        return result("UNIMPLEMENTED", names, f"{type(exc).__name__}: {exc}")
+    except InvalidArgumentError as exc:
+        return result("INVALID_ARGUMENTS", names, f"{type(exc).__name__}: {exc}")
+    except TriodnnError as exc:
+        return result("FAILED", names, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a driver bug fails this run, not the suite
+        return result("FAILED", names, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _malformed(document, exc: Exception) -> str:
+    """What ``from_dict`` says is wrong with a document the rewrite could not walk."""
+    try:
+        from_dict(document)
+    except InvalidGraphError as detail:
+        return f"{type(detail).__name__}: {detail}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def benchdnn_line(index: int, result: CaseResult) -> str:
+    """benchdnn's line for a run: ``3:FAILED (reason) __REPRO: --mode=C ... --case=FILE``."""
+    reason = result.message
+    for check in result.checks:
+        if not check.passed:
+            reason = (f"output {check.id}: {check.mismatches}/{check.total} elements off, max abs "
+                      f"{check.max_abs_error:.3g}, max rel {check.max_rel_error:.3g}")
+            break
+    reason = f" ({reason})" if reason and result.status != "PASSED" else ""
+    return f"{index}:{result.status}{reason} __REPRO: {result.repro}"
+
+
+def perf_line(engine_name: str, result: CaseResult) -> str:
+    """benchdnn graph's perf line: engine, the run's options, min and average ms, GFLOP/s."""
+    gflops = "" if result.gflops is None else f",{result.gflops:.4g}"
+    return (f"perf,{engine_name},{result.repro},min(ms):{result.min_ms:.4g},"
+            f"avg(ms):{result.ms_per_run:.4g}{gflops and ',GFLOPS:' + gflops[1:]}")
+
+
+def summary_line(results: list[CaseResult]) -> str:
+    """benchdnn's closing line: ``tests:N passed:N skipped:N … failed:N listed:0``."""
+    counts = {state: 0 for state in STATES}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return f"tests:{len(results)} " + " ".join(f"{k.lower()}:{v}" for k, v in counts.items()) + " listed:0"
+
+
+async def run_benchdnn_runs(runs: list[_benchdnn.Run], *, engine_spec: str | None, policy: str = "fusion",
+                            repeat: int = 20, seed: int = 0) -> list[CaseResult]:
+    """Every harness run in order, one benchdnn line each, and the summary line."""
+    async with open_runtime() as rt:
+        engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
+        results = []
+        progress = Progress(len(runs))
+        for i, run in enumerate(runs):
+            progress.show(i + 1, run.case)
+            started = time.perf_counter()
+            with _trace.span(f"case {run.case}", track="graph driver"):
+                result = await run_benchdnn(run, engine=engine, policy=policy, repeat=repeat, seed=seed)
+            result = attrs.evolve(result, seconds=time.perf_counter() - started)
+            progress.clear()
+            print(benchdnn_line(i, result), flush=True)
+            if result.min_ms is not None:
+                print(perf_line(engine.kind, result), flush=True)
+            results.append(result)
+        print(summary_line(results), flush=True)
+        return results

@@ -147,6 +147,10 @@ def _primitive_thresholds() -> dict[str, float]:
         # (a softmax before a matmul) are covered by the chain allowance of ``tolerance``.
         "MatMul": exact,
         "Convolution": exact,
+        "ConvTranspose": exact,
+        "PReLU": exact,  # one product of integers
+        # Linear interpolation: 2^d products of float32 weights summed (kernels.resampling).
+        "Interpolate": 4 * 2**3 * kt.BINARY,
         # OpenCL's single-precision division and sqrt are within 2.5 and 3 ulp unless built with
         # -cl-fp32-correctly-rounded-divide-sqrt: the non-transcendental eltwise bound (4e-6,
         # kernels.tolerance.ELTWISE) covers both.
@@ -164,6 +168,7 @@ def _primitive_thresholds() -> dict[str, float]:
         "LogSoftmax": kt.softmax("logsoftmax"),
         "LayerNorm": kt.normalization("layer_normalization"),
         "RMSNorm": kt.normalization("rms_normalization"),
+        "GroupNorm": kt.normalization("group_normalization"),
         "BatchNormInference": kt.normalization("batch_normalization"),
     }
     for kind, schema in OP_SCHEMAS.items():
@@ -183,10 +188,10 @@ _CHAIN_ATOL = 2e-5
 _INEXACT_KINDS = frozenset({
     "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
     "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
-    "RMSNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
+    "RMSNorm", "GroupNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
 })
 _ACCUMULATING_KINDS = frozenset({
-    "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm",
+    "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "GroupNorm",
     "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
 })
 # Rounding bounds of the narrow output types: one ulp relative to the value, 2^-7 for bf16
