@@ -291,6 +291,11 @@ class Blocking:
         object.__setattr__(self, "_portal", portal)
         object.__setattr__(self, "_target", target)
 
+    @property
+    def __triodnn_portal__(self) -> BlockingPortal:
+        """The portal behind this object: async entry points given it run there (``_portal_route``)."""
+        return self._portal
+
     def __getattr__(self, name: str):
         attribute = getattr(type(self._target), name, None)
         if isinstance(attribute, property):

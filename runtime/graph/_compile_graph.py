@@ -13,6 +13,7 @@ from __future__ import annotations
 import trio
 
 from .._engine import Engine
+from .._portal_route import portal_of
 from .._values._errors import InvalidArgumentError, ShapeInferenceError
 from ._dynamic import DynamicGraphRunner
 from ._execution import GraphRunner, Step
@@ -45,10 +46,12 @@ async def _gather(functions) -> None:
         raise failure[0]
 
 
-async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
-                        inputs=None, constants=None) -> GraphRunner | DynamicGraphRunner:
+def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
+                  inputs=None, constants=None):
     """Partition ``graph`` with ``policy``, compile its supported partitions for ``engine`` and
-    bind its unsupported ones to ``handlers``; returns a ``GraphRunner``.
+    bind its unsupported ones to ``handlers``: ``runner = await compile_graph(graph, engine)``,
+    a ``GraphRunner``. Given an engine of a blocking portal it compiles there and returns the
+    runner, wrapped (as ``portal.run(compile_graph, graph, engine)`` does).
 
     ``handlers`` maps op kinds (``"Wildcard"``), partition ids or ``Partition`` objects to
     ``Handler``s or plain callables. An unsupported partition without one raises
@@ -60,6 +63,15 @@ async def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion",
     unknown (a ``-1`` dim) gives a ``DynamicGraphRunner``, compiled per set of input shapes at
     their first run.
     """
+    portal = portal_of(engine)
+    if portal is not None:
+        return portal.run(_compile_graph, graph, engine, policy=policy, handlers=handlers,
+                          inputs=inputs, constants=constants)
+    return _compile_graph(graph, engine, policy=policy, handlers=handlers, inputs=inputs, constants=constants)
+
+
+async def _compile_graph(graph: Graph, engine: Engine, *, policy: str, handlers, inputs,
+                         constants) -> GraphRunner | DynamicGraphRunner:
     if not isinstance(graph, Graph):
         raise InvalidArgumentError(f"graph is {type(graph).__name__}, expected triodnn.graph.Graph")
     partitions = graph.get_partitions(policy)

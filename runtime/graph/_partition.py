@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from .._engine import Engine
+from .._portal_route import portal_of
 from .._values._errors import InvalidArgumentError, ShapeInferenceError, UnsupportedError
 from . import _compiled_partition
 from ._compiled_partition import CompiledPartition
@@ -114,8 +115,16 @@ class Partition:
 
     # -- compilation ------------------------------------------------------------------------------
 
-    async def compile(self, engine: Engine, inputs=None, outputs=None) -> CompiledPartition:
-        """Shapes inferred, layouts resolved, primitives created (through the primitive cache)."""
+    def compile(self, engine: Engine, inputs=None, outputs=None):
+        """Shapes inferred, layouts resolved, primitives created (through the primitive cache):
+        ``await partition.compile(engine)``. Given an engine of a blocking portal it compiles
+        there and returns the compiled partition, wrapped (no ``portal.wrap`` needed first)."""
+        portal = portal_of(engine)
+        if portal is not None:
+            return portal.run(self._compile, engine, inputs, outputs)
+        return self._compile(engine, inputs, outputs)
+
+    async def _compile(self, engine: Engine, inputs=None, outputs=None) -> CompiledPartition:
         if not self.is_supported:
             raise UnsupportedError(
                 f"partition {self.id} ({'+'.join(self.op_kinds)}) is not supported; run it another way"

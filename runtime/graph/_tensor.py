@@ -7,6 +7,7 @@ import numpy as np
 
 from .._engine import Engine
 from .._memory import Memory
+from .._portal_route import portal_of
 from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from ._logical_tensor import LogicalTensor, known_shape
 
@@ -49,9 +50,17 @@ class Tensor:
         self.release()
 
     @classmethod
-    async def from_numpy(cls, lt: LogicalTensor, engine: Engine, array) -> Tensor:
+    def from_numpy(cls, lt: LogicalTensor, engine: Engine, array):
         """A new tensor of ``lt`` on ``engine`` holding ``array``, converted by the input
-        policy (README, Inputs)."""
+        policy (README, Inputs): ``await Tensor.from_numpy(...)``; with an engine of a blocking
+        portal it is made there and comes back wrapped."""
+        portal = portal_of(engine)
+        if portal is not None:
+            return portal.run(cls._from_numpy, lt, engine, array)
+        return cls._from_numpy(lt, engine, array)
+
+    @classmethod
+    async def _from_numpy(cls, lt: LogicalTensor, engine: Engine, array) -> Tensor:
         tensor = cls(lt, engine)
         try:
             await tensor.write(array)

@@ -154,6 +154,28 @@ def test_graph_walk_through_without_await(no_unawaited_coroutines):
         assert isinstance(again, triodnn.Blocking)
 
 
+def test_graph_entry_points_given_a_portal_engine_run_on_the_portal(no_unawaited_coroutines):
+    """No portal.wrap first: partition.compile, compile_graph and Tensor.from_numpy see the
+    portal's engine and block there, instead of returning a coroutine nobody can await."""
+    graph = load(EXAMPLES / "mlp.json")
+    with triodnn.start_blocking() as portal:
+        engine = portal.engine()
+        stream = engine.stream()
+        (partition,) = graph.get_partitions()  # a plain Partition
+        compiled = partition.compile(engine)
+        assert isinstance(compiled, triodnn.Blocking)
+        arrays = mlp_arrays(compiled.inputs)
+        ins = [Tensor.from_numpy(lt, engine, arrays[lt.id]) for lt in compiled.inputs]
+        assert all(isinstance(t, triodnn.Blocking) for t in ins)
+        out = portal.wrap(Tensor)(compiled.outputs[0], engine)
+        compiled.execute(stream, ins, [out]).wait()
+        np.testing.assert_array_equal(out.to_numpy(), mlp_reference(arrays))
+        runner = compile_graph(graph, engine)
+        assert isinstance(runner, triodnn.Blocking)
+        outputs = runner.run(stream, arrays)
+        np.testing.assert_array_equal(outputs[runner.outputs[0].id], mlp_reference(arrays))
+
+
 def test_compile_graph_and_run_without_await(no_unawaited_coroutines):
     graph = load(EXAMPLES / "mlp.json")
     with triodnn.start_blocking() as portal:
