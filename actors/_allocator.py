@@ -36,11 +36,12 @@ class SvmBuffer(cl.SVM):
     ``free``. SVM has no sub-buffers, and triodnn makes none: every view starts at offset 0.
     """
 
-    def __init__(self, allocation: cl.SVMPointer, context: cl.Context) -> None:
+    def __init__(self, allocation: cl.SVMPointer, nbytes: int, context: cl.Context) -> None:
         # cl.SVM wraps a buffer-protocol object: a bytes view at the allocation's address (its
         # contents are never touched from the host; coarse-grained SVM would need a map).
-        view = (ctypes.c_ubyte * allocation.size).from_address(allocation.svm_ptr)
+        view = (ctypes.c_ubyte * nbytes).from_address(allocation.svm_ptr)
         super().__init__(view)
+        self.nbytes = nbytes
         self.allocation = allocation
         self.int_ptr = allocation.svm_ptr
         self.context = context
@@ -270,19 +271,21 @@ class DeviceAllocator:
         an ``SvmBuffer`` when the device has SVM; anything else is returned unchanged (and
         refused by the check)."""
         if isinstance(allocation, cl.SVMPointer) and not isinstance(allocation, SvmBuffer) \
-                and device_has_svm(self.device):
-            return SvmBuffer(allocation, self.context)
+                and allocation.size is not None and device_has_svm(self.device):
+            return SvmBuffer(allocation, allocation.size, self.context)
         return allocation
 
     def _check_user_buffer(self, buffer, nbytes: int) -> str | None:
         if isinstance(buffer, SvmBuffer):
             # An SVM pointer carries neither its context nor its flags: they are the caller's word.
-            if buffer.size < nbytes:
-                return f"an SVM allocation of {buffer.size} bytes, too small"
+            if buffer.nbytes < nbytes:
+                return f"an SVM allocation of {buffer.nbytes} bytes, too small"
             if buffer.int_ptr in _user_allocations:
                 return "an SVM allocation triodnn still holds (returned earlier and not freed yet)"
             return None
         if not isinstance(buffer, cl.Buffer):
+            if isinstance(buffer, cl.SVMPointer) and buffer.size is None:
+                return "an SVM pointer of unknown size (return a cl.SVMAllocation)"
             if isinstance(buffer, cl.SVMPointer):
                 return (f"an SVM allocation, but {self.device.name.strip()} has no SVM "
                         "(return a pyopencl.Buffer)")

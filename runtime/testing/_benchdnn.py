@@ -138,6 +138,7 @@ def parse_in_shapes(value: str) -> dict[int, ShapeRewrite]:
         shape_text, star, layout = rest.partition("*")
         if not star and re.fullmatch(r"[a-z]+", shape_text) and shape_text != "scalar":
             shape_text, layout = "", shape_text
+        shape: tuple[int, ...] | None
         try:
             if shape_text in ("-", "scalar"):
                 shape = ()
@@ -149,7 +150,8 @@ def parse_in_shapes(value: str) -> dict[int, ShapeRewrite]:
             raise _fail("in-shapes", value, f"shape {shape_text!r} of tensor {lt_id} is not AxBxC") from None
         if shape is not None and any(d < 0 for d in shape):
             raise _fail("in-shapes", value, f"shape {shape_text!r} of tensor {lt_id} has a negative dim")
-        tag = strides = None
+        tag: str | None = None
+        strides: tuple[int, ...] | None = None
         if layout:
             if re.fullmatch(r"[a-z]+", layout):
                 if sorted(layout) != [chr(ord("a") + i) for i in range(len(layout))]:
@@ -162,7 +164,7 @@ def parse_in_shapes(value: str) -> dict[int, ShapeRewrite]:
                 except ValueError:
                     raise _fail("in-shapes", value, f"layout {layout!r} of tensor {lt_id} is neither a tag "
                                                     "(abcd) nor strides (AxBxC)") from None
-            rank = len(layout) if tag else len(strides)
+            rank = len(layout) if tag is not None or strides is None else len(strides)
             if shape is not None and rank != len(shape):
                 raise _fail("in-shapes", value, f"layout {layout!r} of tensor {lt_id} has rank {rank}, "
                                                 f"its shape {len(shape)}")
@@ -295,7 +297,7 @@ def parse(words: list[str], *, base: Path, defaults: dict[str, str] | None = Non
           mode: str = "C", state: _State | None = None, depth: int = 0) -> list[Run]:
     """The runs a token stream asks for; ``base`` resolves its relative file names."""
     if state is None:
-        options = {k: (v,) for k, v in DEFAULTS.items()}
+        options: dict[str, tuple[str, ...]] = {k: (v,) for k, v in DEFAULTS.items()}
         for name, value in (defaults or {}).items():
             options[name] = _alternatives(name, value)
         state = _State(options, _alternatives("mode", mode))
@@ -490,11 +492,11 @@ def rewrite(document: dict, run: Run) -> dict:
             if rw.shape is not None:
                 shape, strides = list(rw.shape), _dense(rw.shape)
             if rw.tag is not None or rw.strides is not None:
-                rank = len(rw.tag) if rw.tag else len(rw.strides)
+                rank = len(rw.tag) if rw.tag else len(rw.strides or ())
                 if rank != len(shape):
                     raise InvalidArgumentError(f"--in-shapes: layout of tensor {lt_id} has rank {rank}, "
                                                f"its shape {shape} rank {len(shape)}")
-                strides = _dense(shape, rw.tag) if rw.tag else list(rw.strides)
+                strides = _dense(shape, rw.tag) if rw.tag else list(rw.strides or ())
         if lt_id in batch and shape:
             order = _order(strides)
             shape[0] = mb

@@ -151,7 +151,7 @@ class _Workload:
     argument name, ``reference(inputs)`` its expected ``dst``, ``threshold`` the allowed error."""
 
     title: str
-    desc: object
+    desc: MatmulDesc | ReductionDesc
     make_inputs: Callable[[np.random.Generator], dict]
     reference: Callable[[dict], np.ndarray]
     threshold: float
