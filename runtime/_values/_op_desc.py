@@ -149,6 +149,12 @@ class OpDesc:
         descs.update((name, md) for _, name, md in self._arg_items(True))
         return descs
 
+    @property
+    def output_names(self) -> frozenset[str]:
+        """The execution arguments this primitive writes (``Arg(output=True)``); it reads every
+        other one. What graph execution orders writes after earlier reads by."""
+        return frozenset(name for _, name, _ in self._arg_items(True))
+
     def check_supported(self) -> None:
         """``UnsupportedError`` naming the first argument whose dtype this kind cannot store."""
         chain = getattr(self, "post_ops", ())

@@ -35,10 +35,6 @@ class MemoryPlan:
         return sum(self.buffer_bytes)
 
 
-def _written(name: str) -> bool:
-    return name in ("dst", "mean", "variance")
-
-
 def plan_memory(plan: Plan, *, reuse: bool = True) -> MemoryPlan:
     temps = [i for i, slot in enumerate(plan.slots) if slot.role == "temp"]
     first: dict[int, int] = {}
@@ -66,7 +62,8 @@ def plan_memory(plan: Plan, *, reuse: bool = True) -> MemoryPlan:
         return len(sizes) - 1
 
     for k, step in enumerate(plan.steps):
-        dying = [view for name, view in step.args if not _written(name)
+        written = step.desc.output_names
+        dying = [view for name, view in step.args if name not in written
                  and plan.slots[view.slot].role == "temp" and last.get(view.slot) == k
                  and name in _SAME_INDEX_ARGS]
         for name, view in step.args:
@@ -74,7 +71,7 @@ def plan_memory(plan: Plan, *, reuse: bool = True) -> MemoryPlan:
             if plan.slots[slot].role != "temp" or first.get(slot) != k or buffer_of[slot] != -1:
                 continue
             donor = None
-            if reuse and _written(name) and getattr(step.desc, "kind", None) in _ELEMENTWISE_KINDS:
+            if reuse and name in written and getattr(step.desc, "kind", None) in _ELEMENTWISE_KINDS:
                 donor = next((d for d in dying if d.desc == view.desc and d.slot != slot), None)
             if donor is not None:
                 buffer_of[slot] = buffer_of[donor.slot]

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from ._memory_plan import MemoryPlan
 
 _COMPLETE = cl.command_execution_status.COMPLETE
-_WRITTEN = frozenset({"dst", "mean", "variance"})
 # Scratch sets one partition keeps at most: beyond, a run waits for the oldest set's last run.
 MAX_SCRATCH_SETS = 8
 
@@ -103,7 +102,8 @@ class Replay:
             views = dict(step.args)
             names = primitive.launch.spec.arg_names
             self._arg_positions.append(tuple(position[views[name].slot] for name in names))
-            self._written.append(tuple(name in _WRITTEN for name in names))
+            written = primitive.desc.output_names
+            self._written.append(tuple(name in written for name in names))
         self._plan = LaunchPlan([p.launch for p in primitives], [p.label for p in primitives],
                                 [p.overlaps for p in primitives])
         self._scratch: list[_Scratch] = []
