@@ -10,7 +10,7 @@ destination type's conversion:
   Stores round to nearest even, overflow to inf, keep NaN.
 * bf16: bit shifts; stores round to nearest even on the 16 dropped bits, NaN kept NaN with the
   quiet bit set: bit for bit what ``triodnn._dtypes.to_storage`` does.
-* s32, s8, u8: loads convert (s32 beyond 2**24 rounds to nearest even); stores round to nearest
+* s64, s32, s8, u8: loads convert (beyond 2**24 rounds to nearest even); stores round to nearest
   even, saturate to the type's range and write 0 for NaN, as OpenCL's ``convert_<type>_sat_rte``
   (written out: PoCL keeps the built-in as a call).
 * boolean (oneDNN Graph's, one byte): loads give 1.0 for any nonzero byte, 0.0 otherwise; stores
@@ -31,19 +31,19 @@ from . import _post_ops
 from ._elementwise import widen as widen
 from ._spec import c_float
 
-DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean")
+DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean", "s64")
 
 # OpenCL type a kernel parameter of each data type points to. A ``half`` pointer is legal without
 # cl_khr_fp16 as long as only vload_half/vstore_half dereference it.
 STORAGE: dict[str, str] = {
     "f32": "float", "f16": "half", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
-    "boolean": "uchar",
+    "boolean": "uchar", "s64": "long",
 }
 
 # OpenCL type that moves a stored value's bits unchanged (a copy between tensors of one type).
 BITS: dict[str, str] = {
     "f32": "float", "f16": "ushort", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
-    "boolean": "uchar",
+    "boolean": "uchar", "s64": "long",
 }
 
 # Relative rounding a store into the type may add on top of an f32 result (its machine epsilon,
@@ -52,17 +52,20 @@ BITS: dict[str, str] = {
 # away from rounding ties.
 EPSILON: dict[str, float] = {
     "f32": 0.0, "f16": 2.0**-10, "bf16": 2.0**-7, "s32": 0.0, "s8": 0.0, "u8": 0.0, "boolean": 0.0,
+    "s64": 0.0,
 }
 
 # The numpy type of each data type's user-facing values (bf16 reads back as float32).
 USER_NUMPY: dict[str, type] = {
     "f32": np.float32, "f16": np.float16, "bf16": np.float32, "s32": np.int32, "s8": np.int8,
-    "u8": np.uint8, "boolean": np.bool_,
+    "u8": np.uint8, "boolean": np.bool_, "s64": np.int64,
 }
 
 # Saturation bounds of the integer types: (lowest as float, highest as float, C lowest, C highest).
 # 2**31 - 1 is not a float; every float >= 2**31 saturates, every float below it fits an int.
 _INT_RANGE = {
+    # 2**63 - 1 is not a float either: every float >= 2**63 saturates.
+    "s64": (-(2.0**63), 2.0**63, "(-9223372036854775807L - 1)", "9223372036854775807L"),
     "s32": (-(2.0**31), 2.0**31, "(-2147483647 - 1)", "2147483647"),
     "s8": (-128.0, 127.0, "(-128)", "127"),
     "u8": (0.0, 255.0, "0", "255"),
@@ -232,4 +235,6 @@ def store_reference(values, dtype: str) -> np.ndarray:
         wide = x.astype(np.float64)
         y = np.clip(np.rint(wide), lo, hi)
         y = np.where(np.isnan(wide), 0.0, np.clip(y, info.min, info.max))
+        if dtype == "s64":  # 2**63 is past int64: the kernel's store saturates it to the top
+            return np.where(y >= hi, info.max, y.astype(numpy_type)).astype(numpy_type)
         return y.astype(numpy_type)

@@ -9,7 +9,8 @@ Generators beside their OpenCL sources, the float64 references and the threshold
 * batch (inference, oneDNN's ``use_global_stats``): per channel (dim 1) with given mean and
   variance: ``y = scale / sqrt(var + eps) * (x - mean) + shift``, oneDNN's reference order.
 * group: ``(N, C, spatial...)``, C split into ``groups``; stats over (C/groups x spatial) per
-  (n, group), then per-channel scale and shift.
+  (n, group), then per-channel scale and shift; mean and variance optionally written out.
+* rms optionally writes each row's ``1 / sqrt(mean(x^2) + eps)`` (``rrms``).
 
 Row kernels (layer, rms, group) run one work-item per row (per (n, group) for group): pass 1
 sums x for the mean, pass 2 sums (x - mean)^2 (two passes: no cancellation of E[x^2] - mean^2),
@@ -28,8 +29,8 @@ step reads again; so in place is safe for every kernel here.
 Every kernel applies a post-op chain (see ``_post_ops``) to each normalised value right before its
 store; a sum post-op reads dst just before that same element is written (in place: src's value).
 
-Kernel arguments, in order, of those present: src, scale, shift, mean, variance, the post-op
-operands ``post_op_{i}_src1``, dst.
+Kernel arguments, in order, of those present: src, scale, shift, mean, variance (or rrms), the
+post-op operands ``post_op_{i}_src1``, dst.
 
 ``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES`` (f32 math: loads convert to
 float, the store converts to dst's type); scale, shift, mean and variance are f32, as oneDNN's,
@@ -145,7 +146,8 @@ class _Rows:
         # Strides of each tensor indexed by row (the axis dropped); the statistics have no axis.
         tensors = {"src": desc.src.strides[:axis] + desc.src.strides[axis + 1:],
                    "dst": desc.dst.strides[:axis] + desc.dst.strides[axis + 1:]}
-        self.stats = tuple(name for name in ("mean", "variance") if getattr(desc, name, None) is not None)
+        self.stats = tuple(name for name in (("rrms",) if self.rms else ("mean", "variance"))
+                           if getattr(desc, name, None) is not None)
         tensors.update({name: getattr(desc, name).strides for name in self.stats})
         po_strides = _post_ops.operand_strides(post_ops, len(dims))
         tensors.update({name: st[:axis] + st[axis + 1:] for name, st in po_strides.items()})
@@ -178,7 +180,8 @@ class _Rows:
         passes for the variance: no cancellation of E[x^2] - mean^2."""
         eps = c_float(self.desc.epsilon)
         if self.rms:
-            return average(load, f"{x} * {x}", "sq", "ms") + [f"const float inv = 1.0f / sqrt(ms + {eps});"]
+            lines = average(load, f"{x} * {x}", "sq", "ms") + [f"const float inv = 1.0f / sqrt(ms + {eps});"]
+            return lines + [f"{guard}rrms[off_rrms] = inv;" for _ in self.stats]
         lines = average(load, x, "s", "m") + average(centred, "d * d", "q", "v")
         lines += [f"{guard}{name}[off_{name}] = {var};" for name, var in (("mean", "m"), ("variance", "v"))
                   if name in self.stats]
@@ -424,6 +427,10 @@ def _group(desc: GroupNormDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     )
     pass3 = loops(store, {"s": src_strides, "d": dst_strides,
                           **{operand_keys[name]: st for name, st in po_strides.items()}})
+    stats = "".join(
+        f"\n    {name}[n * {md.strides[0]}UL + g * {md.strides[1]}UL] = {var};"
+        for name, var in (("mean", "m"), ("variance", "v")) if (md := getattr(desc, name)) is not None
+    )
     operand_bases = "".join(
         f"\n    const ulong b{operand_keys[name]} = n * {st[0]}UL + c0 * {st[1]}UL;" for name, st in po_strides.items()
     )
@@ -440,7 +447,7 @@ def _group(desc: GroupNormDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     float q = 0.0f, q_c = 0.0f;
     {pass2}
     const float v = (q + q_c) / {c_float(count)};
-    const float inv = 1.0f / sqrt(v + {c_float(desc.epsilon)});
+    const float inv = 1.0f / sqrt(v + {c_float(desc.epsilon)});{stats}
     {pass3}
 """
     return _spec(desc, post_ops, "gnorm_fwd", inside, work_items=padded_global(items, local), local=local,
@@ -484,6 +491,21 @@ def rms_reference(src, *, epsilon=1e-5, scale=None, output_scale=1.0, post_ops=(
     y = _affine_ref(y, scale, None, [1] * (x.ndim - 1) + [x.shape[-1]]).astype(np.float32)
     y = _post_ops.scaled_reference(post_ops, y, old_dst, operands, output_scale=output_scale)
     return _dtype_io.store_reference(y, dst_dtype)
+
+
+def rms_statistics_reference(src, *, epsilon=1e-5) -> np.ndarray:
+    """rrms of RMS normalization: each row's ``1 / sqrt(mean(x^2) + epsilon)``, float32."""
+    x = _dtype_io.widen(src)
+    return (1.0 / np.sqrt((x * x).mean(axis=-1) + float(np.float32(epsilon)))).astype(np.float32)
+
+
+def group_statistics_reference(src, groups) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, variance) of group normalization, dims ``(N, groups)``, float32."""
+    x = _dtype_io.widen(src)
+    g = x.reshape((x.shape[0], groups, -1))
+    m = g.mean(axis=2)
+    v = ((g - m[..., None]) ** 2).mean(axis=2)
+    return m.astype(np.float32), v.astype(np.float32)
 
 
 def batch_reference(src, mean, variance, *, epsilon=1e-5, scale=None, shift=None,

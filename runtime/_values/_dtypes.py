@@ -32,6 +32,9 @@ DATA_TYPES: dict[str, DataTypeInfo] = {
         DataTypeInfo("f16", 2, np.dtype(np.float16), "half"),
         DataTypeInfo("bf16", 2, np.dtype(np.uint16), "ushort"),
         DataTypeInfo("s32", 4, np.dtype(np.int32), "int"),
+        # oneDNN Graph's dropout seeds and offsets. Kernels compute through f32 as for s32
+        # (exact to 2**24); a copy between s64 tensors moves the bits (exact).
+        DataTypeInfo("s64", 8, np.dtype(np.int64), "long"),
         DataTypeInfo("s8", 1, np.dtype(np.int8), "char"),
         DataTypeInfo("u8", 1, np.dtype(np.uint8), "uchar"),
         DataTypeInfo("boolean", 1, np.dtype(np.bool_), "uchar"),
@@ -62,7 +65,8 @@ def dtype_of_numpy(dtype: np.dtype) -> str:
 
 
 # Input policy: the numpy dtypes ``engine.from_numpy`` stores without a descriptor that have no
-# triodnn data type of their own (numpy's defaults, float64 and int64 above all).
+# triodnn data type of their own (numpy's defaults, float64 and int64 above all: int64 stays
+# s32 without a descriptor, as before s64 existed; s64 memory is asked for by its descriptor).
 _DEFAULT_FOR_KIND = {"f": "f32", "i": "s32", "u": "s32"}
 
 

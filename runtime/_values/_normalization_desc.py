@@ -9,12 +9,14 @@ beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied to dst's value
 what they share: the checks of src, dst, the chain and the per-element parameters, the argument
 order and the data type rule.
 
-Optional arguments (``scale``, ``shift``, layer normalization's ``mean``/``variance`` outputs) are
-None when absent and then are not kernel arguments at all. Kernel argument order, of those
-present: src, scale, shift, mean, variance, the post-op operands ``post_op_{i}_src1``, dst.
+Optional arguments (``scale``, ``shift``, the statistics outputs: layer and group
+normalization's ``mean``/``variance``, RMS normalization's ``rrms``) are None when absent and
+then are not kernel arguments at all. Kernel argument order, of those present: src, scale,
+shift, mean, variance (or rrms), the post-op operands ``post_op_{i}_src1``, dst.
 
 Data types: ``src`` and ``dst`` may each have any data type (f32 math, any storage); ``scale``,
-``shift``, ``mean`` and ``variance`` are f32 only, as oneDNN's, and so are binary post-op operands.
+``shift``, ``mean``, ``variance`` and ``rrms`` are f32 only, as oneDNN's, and so are binary post-op
+operands.
 """
 
 from __future__ import annotations
@@ -178,23 +180,32 @@ class RMSNormDesc(_Normalization):
     """RMS normalization over the last dim: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
 
     oneDNN's layer normalization with the ``rms_norm`` flag. ``scale`` (dims ``(C,)``) optional;
-    ``dst`` defaults to ``src``. src needs 2 or more dims.
+    ``rrms`` (dims = src dims without the last), an optional output, gets each row's
+    ``1 / sqrt(mean(x^2) + epsilon)`` (oneDNN Graph's RMSNorm output 1). ``dst`` defaults to
+    ``src``. src needs 2 or more dims.
     """
 
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
     dst: MemoryDesc = attrs.field(default=None)
     epsilon: float = _epsilon_field()
     scale: MemoryDesc | None = _optional_field("scale")
+    rrms: MemoryDesc | None = _optional_field("rrms")
     post_ops: tuple = _post_ops_field()
     output_scale: float = _post_ops.output_scale_field()
 
     kind = "rms_normalization"
-    ARGS = (Arg("src"), _f32("scale"), Arg("dst", output=True))
+    ARGS = (Arg("src"), _f32("scale"), _f32("rrms", output=True), Arg("dst", output=True))
     PER_ELEMENT = ("scale",)
     ELEMENT = "normalised element"
 
     def _extent(self) -> int:
         return self.src.dims[-1]
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        rows = self.src.dims[:-1]
+        if self.rrms is not None and self.rrms.dims != rows:
+            raise ArgumentMismatchError(f"rrms dims {self.rrms.dims} must be {rows} (src dims without the last)")
 
 
 @op_kind
@@ -234,7 +245,8 @@ class GroupNormDesc(_Normalization):
 
     Mean and biased variance over (C/groups x spatial) per (n, group); then per channel
     ``y = (x - mean) / sqrt(var + epsilon) * scale[c] + shift[c]`` (``scale``/``shift`` dims
-    ``(C,)``, optional). ``dst`` defaults to ``src``.
+    ``(C,)``, optional). ``mean`` and ``variance`` (dims ``(N, groups)``) are optional outputs
+    written when given (oneDNN Graph's GroupNorm with ``keep_stats``). ``dst`` defaults to ``src``.
     """
 
     src: MemoryDesc = attrs.field(validator=memory_desc("src"))
@@ -243,11 +255,14 @@ class GroupNormDesc(_Normalization):
     epsilon: float = _epsilon_field()
     scale: MemoryDesc | None = _optional_field("scale")
     shift: MemoryDesc | None = _optional_field("shift")
+    mean: MemoryDesc | None = _optional_field("mean")
+    variance: MemoryDesc | None = _optional_field("variance")
     post_ops: tuple = _post_ops_field()
     output_scale: float = _post_ops.output_scale_field()
 
     kind = "group_normalization"
-    ARGS = (Arg("src"), _f32("scale"), _f32("shift"), Arg("dst", output=True))
+    ARGS = (Arg("src"), _f32("scale"), _f32("shift"), _f32("mean", output=True), _f32("variance", output=True),
+            Arg("dst", output=True))
     SRC_SHAPE = "be (N, C, ...) with"
 
     def _extent(self) -> int:
@@ -255,6 +270,14 @@ class GroupNormDesc(_Normalization):
         if self.groups < 1 or c % self.groups:
             raise InvalidArgumentError(f"groups {self.groups} must be positive and divide the {c} channels of src")
         return c
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        stat_dims = (self.src.dims[0], self.groups)
+        for name in ("mean", "variance"):
+            md = getattr(self, name)
+            if md is not None and md.dims != stat_dims:
+                raise ArgumentMismatchError(f"{name} dims {md.dims} must be {stat_dims} (N, groups)")
 
     @property
     def label(self) -> str:

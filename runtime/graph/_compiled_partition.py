@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import attrs
+import numpy as np
 import trio
 
 from .._engine import Engine
@@ -16,10 +18,11 @@ from .._values._errors import (
     ArgumentMismatchError,
     EngineMismatchError,
     InvalidArgumentError,
+    UnsupportedError,
 )
 from .._values._memory_desc import MemoryDesc
 from ._fusion import find_chains
-from ._logical_tensor import LogicalTensor, dense_strides
+from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
@@ -48,10 +51,6 @@ class CompiledPartitionMemory:
         return self.scratch_bytes + self.port_bytes
 
 
-# Primitive arguments a step writes; every other argument is read.
-_WRITTEN = frozenset({"dst", "mean", "variance"})
-
-
 @attrs.define(eq=False)
 class CompiledPartition:
     """A partition compiled for one engine and one set of input and output shapes.
@@ -70,6 +69,9 @@ class CompiledPartition:
     _plan: Plan = attrs.field(repr=False)
     _primitives: list = attrs.field(repr=False)
     _memory: MemoryPlan = attrs.field(default=None, repr=False)
+    # Constants the plan reads after the inputs (slots of role "input" past the ports): the
+    # zeros and identities that stand for empty work (``_without_empty_work``).
+    _hidden: tuple[Tensor, ...] = attrs.field(default=(), repr=False)
     _replay: Replay | None = attrs.field(default=None, init=False, repr=False)
     _descs: dict = attrs.field(factory=dict, init=False, repr=False)  # id(ports) -> their MemoryDescs
 
@@ -202,9 +204,71 @@ class CompiledPartition:
                 f"compiled partition {self.partition.id} was compiled for {self.engine}, "
                 f"not for the stream's {stream.engine}"
             )
-        ins = self._bind(inputs, self.inputs, "inputs")
-        outs = self._bind(outputs, self.outputs, "outputs")
         deps = check_deps(deps) if deps else ()
+        scalars: list[Memory] = []
+        if any(lt.property_type == "host_scalar" for lt in self.inputs):
+            inputs, writes, scalars = self._host_scalars(stream, inputs)
+            deps = (*deps, *check_deps(writes))
+        done = None
+        try:
+            ins = self._bind(inputs, self.inputs, "inputs")
+            outs = self._bind(outputs, self.outputs, "outputs")
+            done = self._submit(stream, ins, outs, deps)
+        finally:
+            # Freed once the execution is done with them (at once when it never started).
+            for memory in scalars:
+                memory._release(after=done)
+        return done
+
+    def _host_scalars(self, stream: Stream, inputs):
+        """``inputs`` with each number given for a ``host_scalar`` port (a Python or numpy
+        number, a 0-d or one-element array) replaced by a Tensor over a new small buffer, the
+        events of the writes that fill them, and those buffers. A buffer per execution, written
+        on ``stream``: an execution never waits for another's value, and the partition's
+        kernels read it as any input (none takes a scalar by value)."""
+        positional = not isinstance(inputs, dict)
+        given = list(inputs) if positional else dict(inputs)
+        writes: list[Event] = []
+        memories: list[Memory] = []
+        for i, lt in enumerate(self.inputs):
+            if lt.property_type != "host_scalar":
+                continue
+            if positional:
+                if len(given) != len(self.inputs) or isinstance(given[i], Tensor):
+                    continue
+                value = given[i]
+            else:
+                if lt.id not in given or isinstance(given[lt.id], Tensor):
+                    continue
+                value = given[lt.id]
+            if isinstance(value, Memory) or value is None:
+                continue  # _bind names what is wrong
+            array = np.asarray(value)
+            if array.size != 1 or array.dtype == object:
+                raise ArgumentMismatchError(
+                    f"inputs: host scalar {lt.id} takes one number, got {type(value).__name__} "
+                    f"of shape {array.shape}"
+                )
+            desc = self._port_descs(self.inputs)[i]
+            memory = self.engine.memory(desc)
+            try:
+                writes.append(stream.write(memory, array.reshape(desc.dims)))
+            except BaseException:
+                memory.release()
+                for m in memories:
+                    m.release()
+                raise
+            memories.append(memory)
+            tensor = Tensor(lt, self.engine, memory=memory)
+            if positional:
+                given[i] = tensor
+            else:
+                given[lt.id] = tensor
+        return given, writes, memories
+
+    def _submit(self, stream: Stream, ins: list[Tensor], outs: list[Tensor], deps) -> Event:
+        if self._hidden:
+            ins = [*ins, *self._hidden]
         if not self._primitives:
             return stream.marker(deps=deps)
         if not (INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or stream._watchers):
@@ -248,6 +312,7 @@ class CompiledPartition:
         step_deps: tuple[Event, ...] | list[Event]
         for step, primitive in zip(self._plan.steps, self._primitives):
             args = {name: memory_of(view) for name, view in step.args}
+            written = step.desc.output_names
             if in_order:
                 step_deps = user_deps if last is None else ()
             else:
@@ -256,7 +321,7 @@ class CompiledPartition:
                     key = buffer_key[view.slot]
                     if key in writer:
                         waits.append(writer[key])
-                    if name in _WRITTEN:
+                    if name in written:
                         waits.extend(readers.get(key, ()))
                 step_deps = waits
             last = stream.execute(primitive, args, deps=step_deps)
@@ -265,7 +330,7 @@ class CompiledPartition:
                 key = buffer_key[view.slot]
                 if key in writer:
                     consumed.add(id(writer[key]))
-                if name in _WRITTEN:
+                if name in written:
                     for reader in readers.get(key, ()):
                         consumed.add(id(reader))
                     writer[key] = last
@@ -294,7 +359,7 @@ def _reads_before_writes(steps, in_slot: int, out_slot: int) -> bool:
     """Whether every read of ``in_slot`` happens before ``out_slot`` is first written, or in
     the writing step itself at the index written (an elementwise kernel with the same layout)."""
     first_write = next((k for k, step in enumerate(steps)
-                        if any(v.slot == out_slot and n in _WRITTEN for n, v in step.args)), None)
+                        if any(v.slot == out_slot and n in step.desc.output_names for n, v in step.args)), None)
     if first_write is None:
         return False
     for k, step in enumerate(steps):
@@ -320,16 +385,105 @@ def _shaped(lt: LogicalTensor, shapes: dict, ports: dict[int, LogicalTensor]) ->
     return lt.evolve(shape=shape, layout_type="strided", strides=dense_strides(shape), layout_id=None)
 
 
+# The ops that take s64 tensors (oneDNN Graph's dropout seeds and offsets): they move and
+# convert values. Kernels compute in f32, exact only to 2**24, so arithmetic on s64 would
+# quietly round seeds; it is refused instead.
+_S64_KINDS = frozenset({"Reorder", "TypeCast", "StaticReshape", "StaticTranspose", "End"})
+
+
+def _check_s64(ops: list[Op]) -> None:
+    for op in ops:
+        if op.kind in _S64_KINDS:
+            continue
+        wide = [lt.id for lt in (*op.inputs, *op.outputs) if lt.dtype == "s64"]
+        if wide:
+            raise UnsupportedError(
+                f"op {op.id} ({op.kind}): s64 tensor(s) {wide} are not supported; triodnn takes "
+                f"s64 only in {', '.join(sorted(_S64_KINDS - {'End'}))} (kernels compute in f32, "
+                "exact only to 2**24): TypeCast to f32 or s32 first"
+            )
+
+
+# What a reduction over no elements gives: its identity (mean: 0/0).
+_EMPTY_REDUCTION = {"ReduceSum": 0.0, "ReduceL1": 0.0, "ReduceL2": 0.0, "ReduceProd": 1.0,
+                    "ReduceMax": -math.inf, "ReduceMin": math.inf, "ReduceMean": math.nan}
+
+
+def _filled(lt_id: int, like: LogicalTensor, value: float) -> tuple[LogicalTensor, np.ndarray]:
+    """A hidden constant input shaped as ``like``, every element ``value`` (integer types
+    take the nearest value they hold, 0 for NaN)."""
+    shape = known_shape(like)
+    lt = LogicalTensor(lt_id, like.dtype, shape, layout_type="strided")
+    if like.dtype in ("s8", "u8", "s32", "s64"):
+        info = np.iinfo(like.dtype.replace("s", "int").replace("u8", "uint8"))
+        value = 0 if math.isnan(value) else min(max(value, info.min), info.max)
+        return lt, np.full(shape, int(value), dtype=np.int64)
+    return lt, np.full(shape, value, dtype=np.float32 if like.dtype != "boolean" else bool)
+
+
+def _without_empty_work(ops: list[Op], next_id: int) -> tuple[list[Op], list[tuple[LogicalTensor, np.ndarray]]]:
+    """``ops`` with no op touching an empty tensor (a 0 dim), and the constants they read.
+
+    OpenCL refuses a kernel of global size 0 and a buffer of 0 bytes, and triodnn's
+    descriptors have positive dims, so empty work lowers to no step: an op whose outputs are
+    all empty is dropped (its outputs' placeholder buffers are never read). One that makes
+    elements out of nothing becomes a copy of a constant: a MatMul over K = 0 gives zeros
+    (plus its bias), a reduction over an empty axis its identity, as oneDNN's do; a Concat
+    skips its empty inputs. Any other op with an empty input and a non-empty output is an
+    ``UnsupportedError``."""
+    kept: list[Op] = []
+    constants: list[tuple[LogicalTensor, np.ndarray]] = []
+    for op in ops:
+        if not any(lt.is_empty for lt in (*op.inputs, *op.outputs)):
+            kept.append(op)
+            continue
+        if all(lt.is_empty for lt in op.outputs):
+            continue
+        out = op.outputs[0]
+        if op.kind == "Concat":
+            rest = [lt for lt in op.inputs if not lt.is_empty]
+            if len(rest) == 1:
+                kept.append(Op(op.id, "Reorder", rest, [out], {}, op.name))
+            else:
+                kept.append(Op(op.id, "Concat", rest, [out], dict(op.attrs), op.name))
+            continue
+        if op.kind == "MatMul" and len(op.outputs) == 1 and not any(lt.is_empty for lt in op.inputs[2:]):
+            value = 0.0
+        elif op.kind in _EMPTY_REDUCTION and len(op.outputs) == 1:
+            value = _EMPTY_REDUCTION[op.kind]
+        else:
+            empty = [lt.id for lt in op.inputs if lt.is_empty]
+            raise UnsupportedError(
+                f"op {op.id} ({op.kind}) makes elements of output {out.id} {list(known_shape(out))} "
+                f"out of empty input(s) {empty}: triodnn computes that only for MatMul (K = 0), "
+                "the reductions and Concat"
+            )
+        lt, array = _filled(next_id, out, value)
+        next_id += 1
+        constants.append((lt, array))
+        if op.kind == "MatMul" and len(op.inputs) > 2:
+            add_attrs: dict = {"auto_broadcast": "numpy"}
+            kept.append(Op(op.id, "Add", [lt, op.inputs[2]], [out], add_attrs, op.name))
+        else:
+            kept.append(Op(op.id, "Reorder", [lt], [out], {}, op.name))
+    return kept, constants
+
+
 async def compile_partition(partition: Partition, engine: Engine, inputs: list[LogicalTensor],
                             outputs: list[LogicalTensor], shapes: dict, *,
                             fuse: bool = True) -> CompiledPartition:
     """The partition's plan, post-op chains fused into their anchors unless ``fuse`` is False,
     with every primitive created (concurrently, through the primitive cache)."""
     ports = {lt.id: lt for lt in (*inputs, *outputs)}
-    builder = Builder(inputs, outputs)
     shaped_ops = [Op(op.id, op.kind, [_shaped(lt, shapes, ports) for lt in op.inputs],
                      [_shaped(lt, shapes, ports) for lt in op.outputs], dict(op.attrs), op.name)
                   for op in partition.ops]
+    _check_s64(shaped_ops)
+    constants: list[tuple[LogicalTensor, np.ndarray]] = []
+    if any(lt.is_empty for op in shaped_ops for lt in (*op.inputs, *op.outputs)):
+        ids = [lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)]
+        shaped_ops, constants = _without_empty_work(shaped_ops, max(ids, default=0) + 1)
+    builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs)
     output_ids = {lt.id for lt in outputs}
     # Lowered where its last op was: every input (V, the mask) exists by then.
     attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)} if fuse else {}
@@ -351,4 +505,13 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     async with trio.open_nursery() as nursery:
         for i, step in enumerate(plan.steps):
             nursery.start_soon(create, i, step.desc)
-    return CompiledPartition(partition, engine, tuple(inputs), tuple(outputs), plan, primitives)
+    hidden = []
+    try:
+        for lt, array in constants:
+            hidden.append(await Tensor.from_numpy(lt, engine, array))
+    except BaseException:
+        for tensor in hidden:
+            tensor.release()
+        raise
+    return CompiledPartition(partition, engine, tuple(inputs), tuple(outputs), plan, primitives,
+                             hidden=tuple(hidden))

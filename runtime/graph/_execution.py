@@ -190,7 +190,8 @@ class GraphRunner:
                     f"constants[{lt_id}] has shape {array.shape}; graph input {lt_id} is {shape}"
                 )
             desc = self._desc(lt)
-            staged[lt_id] = convert_input(array, desc.dtype, f"constants[{lt_id}]").reshape(desc.dims)
+            staged[lt_id] = (np.zeros(desc.dims, desc.numpy_dtype) if lt.is_empty else
+                             convert_input(array, desc.dtype, f"constants[{lt_id}]").reshape(desc.dims))
         uploaded: dict[int, Tensor] = {}
         try:
             for lt_id, value in staged.items():
@@ -305,6 +306,8 @@ class GraphRunner:
                 original = value
                 array = np.asarray(value)
                 shape = known_shape(lt)  # graph inputs have known shapes (compile_graph)
+                if lt.property_type == "host_scalar" and array.size == 1:
+                    array = array.reshape(shape)  # a number, 0-d or [1]: one value either way
                 if array.shape != shape:
                     raise ArgumentMismatchError(
                         f"inputs[{lt.id}] has shape {array.shape}; graph input {lt.id} is "
@@ -321,6 +324,8 @@ class GraphRunner:
                     if copy and np.may_share_memory(converted, array):
                         converted = converted.copy()
                     array = converted
+                if lt.is_empty:
+                    array = np.zeros(desc.dims, desc.numpy_dtype)  # its placeholder's one element
                 value = array if array.shape == desc.dims else array.reshape(desc.dims)
                 if constant:
                     # The cache keys on the caller's array: its base object, weakly. A value that
@@ -388,7 +393,7 @@ class GraphRunner:
             inputs = {lt.id for lt in self.inputs}
             for lt in self.outputs:
                 desc = self._desc(lt)
-                if lt.id in inputs or lt.id not in produced or not _reads_directly(desc):
+                if lt.id in inputs or lt.id not in produced or not _reads_directly(desc) or lt.is_empty:
                     recordable = False
             self._recorded = recordable
         return recordable
@@ -832,7 +837,8 @@ class Execution:
         if self._as_tensors:
             self._results[slot.lt.id] = slot.tensor
             return
-        out = out.reshape(slot.lt.shape)
+        # An empty output's buffer is a one-element placeholder (LogicalTensor.memory_desc).
+        out = np.empty(slot.lt.shape, out.dtype) if slot.lt.is_empty else out.reshape(slot.lt.shape)
         self._results[slot.lt.id] = out.astype(bool) if slot.lt.dtype == "boolean" else out
         self._consumed(slot)
 
@@ -845,7 +851,7 @@ class Execution:
             return await tensor.to_numpy(deps=deps)
         out = np.empty(desc.dims, dtype=desc.numpy_dtype)
         await self._stream.read(tensor.memory, out, deps=deps)
-        out = out.reshape(slot.lt.shape)
+        out = np.empty(slot.lt.shape, out.dtype) if slot.lt.is_empty else out.reshape(slot.lt.shape)
         return out.astype(bool) if slot.lt.dtype == "boolean" else out
 
     async def _collect_submitted(self, reads) -> None:

@@ -23,7 +23,11 @@ UNKNOWN_DIM = -1
 _ONEDNN_UNKNOWN_DIM = -(2**63)
 
 LAYOUT_TYPES = ("undef", "any", "strided", "opaque")
-PROPERTY_TYPES = ("undef", "variable", "constant")
+# ``host_scalar``: a 0-D or one-element input whose value the host passes at each execution
+# (oneDNN's ``tensor::make_scalar_tensor``: attention scales, causal-mask offsets, dropout
+# probability). triodnn computes on it like any input; ``CompiledPartition.execute`` accepts a
+# Python or numpy number for it and writes it into a small device buffer per execution.
+PROPERTY_TYPES = ("undef", "variable", "constant", "host_scalar")
 
 # "boolean" is oneDNN Graph's one-byte truth type; the others are triodnn's data types.
 GRAPH_DTYPES = tuple(dict.fromkeys((*DATA_TYPES, "boolean")))
@@ -112,6 +116,12 @@ class LogicalTensor:
                 f"logical tensor {self.id}: property_type {self.property_type!r} is not one of "
                 f"{', '.join(PROPERTY_TYPES)}"
             )
+        if (self.property_type == "host_scalar" and self.shape is not None
+                and any(d not in (1, UNKNOWN_DIM) for d in self.shape)):
+            raise InvalidArgumentError(
+                f"logical tensor {self.id}: a host_scalar holds one value; its shape "
+                f"{list(self.shape)} must be [] or all ones"
+            )
         if layout == "opaque":
             if self.layout_id is None:
                 raise InvalidArgumentError(f"logical tensor {self.id}: an opaque layout needs a layout_id")
@@ -149,6 +159,11 @@ class LogicalTensor:
         return span * _ITEMSIZE[self.dtype]
 
     @property
+    def is_empty(self) -> bool:
+        """A known shape with a 0 dim: no elements (an empty batch, a K of 0)."""
+        return self.is_shape_known and 0 in known_shape(self)
+
+    @property
     def numel(self) -> int:
         return math.prod(known_shape(self)) if self.is_shape_known else 0
 
@@ -164,9 +179,16 @@ class LogicalTensor:
         return attrs.evolve(self, **changes)
 
     def memory_desc(self, strides: tuple[int, ...] | None = None) -> MemoryDesc:
-        """The MemoryDesc of this tensor (0-D becomes (1,)), with ``strides`` if given."""
+        """The MemoryDesc of this tensor (0-D becomes (1,)), with ``strides`` if given.
+
+        An empty tensor (a 0 dim) gets a one-element placeholder of its rank: OpenCL refuses
+        0-byte buffers and triodnn's descriptors have positive dims. Nothing reads or writes
+        it (compilation lowers no step on empty work; ``Tensor`` reads back an empty array)."""
         if not self.is_shape_known:
             raise InvalidArgumentError(f"logical tensor {self.id} has no known shape {self.shape}")
+        if self.is_empty:
+            dims = (1,) * len(known_shape(self))
+            return MemoryDesc(dims, storage_dtype(self.dtype), dense_strides(dims))
         dims = self.shape or (1,)
         if strides is None:
             strides = self.strides if self.layout_type == "strided" and self.strides else dense_strides(dims)

@@ -524,7 +524,7 @@ def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
             out[name] = _as_dims(b, op, view, (outer, inner)) if name == "src" or _row_major(view.desc) else None
             if out[name] is None:
                 raise UnsupportedError(f"{op.kind} {op.id}: a strided dst over several normalised dims")
-        elif name in ("mean", "variance"):
+        elif name in ("mean", "variance", "rrms"):
             out[name] = _as_dims(b, op, view, (outer,))
         else:
             out[name] = _as_dims(b, op, view, (inner,))
@@ -552,9 +552,11 @@ def _lower_rms_norm(b: Builder, op: Op) -> None:
     if a.get("use_affine", True) and len(op.inputs) >= 2:
         inputs["scale"] = b.view(op.inputs[1])
     outputs = {"dst": b.output(op.outputs[0])}
+    if len(op.outputs) >= 2:  # oneDNN's optional rrms, 1 / sqrt(mean(x^2) + eps) per row
+        outputs["rrms"] = b.output(op.outputs[1])
     views = _norm_views(b, op, a.get("begin_norm_axis", -1), {**inputs, **outputs})
     eps = a.get("epsilon", 1e-5)
-    b.run(op, lambda src, dst, scale=None: RMSNormDesc(src, dst, eps, scale),
+    b.run(op, lambda src, dst, scale=None, rrms=None: RMSNormDesc(src, dst, eps, scale, rrms),
           {k: views[k] for k in inputs}, {k: views[k] for k in outputs})
 
 
@@ -578,9 +580,12 @@ def _lower_group_norm(b: Builder, op: Op) -> None:
     inputs = {"src": src}
     if a.get("use_affine", True) and len(op.inputs) >= 3:
         inputs["scale"], inputs["shift"] = b.view(op.inputs[1]), b.view(op.inputs[2])
+    outputs = {"dst": dst}
+    if a.get("keep_stats", True) and len(op.outputs) >= 3:  # (N, groups) each
+        outputs["mean"], outputs["variance"] = b.output(op.outputs[1]), b.output(op.outputs[2])
     eps, groups = a.get("epsilon", 1e-5), a["groups"]
-    b.run(op, lambda src, dst, scale=None, shift=None: GroupNormDesc(src, groups, dst, eps, scale, shift),
-          inputs, {"dst": dst})
+    b.run(op, lambda src, dst, scale=None, shift=None, mean=None, variance=None: GroupNormDesc(
+        src, groups, dst, eps, scale, shift, mean, variance), inputs, outputs)
 
 
 _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
@@ -679,15 +684,10 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
 
 
 def is_supported(op: Op) -> bool:
-    """Whether the op lowers, with every output it declares (oneDNN's optional training
-    outputs, RMSNorm rrms, GroupNorm mean/variance, are not produced yet)."""
+    """Whether the op lowers, with every output it declares."""
     if op.kind not in LOWERINGS:
         return False
     if op.kind == "Interpolate" and op.attrs.get("mode") == "nearest" and \
             op.attrs.get("coordinate_transformation_mode") == "align_corners":
         return False  # no rounding rule is defined for it (oneDNN runs no align_corners at all)
-    if op.kind == "RMSNorm" and len(op.outputs) > 1:
-        return False
-    if op.kind == "GroupNorm" and len(op.outputs) > 1:
-        return False
     return True

@@ -8,6 +8,7 @@ import numpy as np
 from .._engine import Engine
 from .._memory import Memory
 from .._portal_route import portal_of
+from .._values._dtypes import from_storage
 from .._values._errors import ArgumentMismatchError, InvalidArgumentError
 from ._logical_tensor import LogicalTensor, known_shape
 
@@ -77,9 +78,15 @@ class Tensor:
                 f"array shape {array.shape} differs from logical tensor {self.logical_tensor.id} "
                 f"shape {tuple(shape)}"
             )
+        if self.logical_tensor.is_empty:
+            return  # nothing to copy: the memory is a placeholder (LogicalTensor.memory_desc)
         await self.memory.write(array.reshape(self.memory.desc.dims))
 
     async def to_numpy(self, *, deps=()) -> np.ndarray:
+        if self.logical_tensor.is_empty:
+            desc = self.memory.desc
+            values = from_storage(np.empty(known_shape(self.logical_tensor), desc.numpy_dtype), desc.dtype)
+            return values.astype(bool) if self.logical_tensor.dtype == "boolean" else values
         values = await self.memory.to_numpy(deps=deps)
         values = values.reshape(self.logical_tensor.shape)
         if self.logical_tensor.dtype == "boolean":

@@ -32,8 +32,8 @@ Rules, in order (the first that applies wins):
    Softmax sees differences of at most 8, far from exp's overflow.
 
 Every float value above is exact in bf16 and f16 (at most 8 significant bits, exponents in
-range), so one filling serves all three types. s32 tensors get integers in [-4, 4] (positive
-for divisors), s8 in [-4, 4], u8 in [0, 8].
+range), so one filling serves all three types. s32 and s64 tensors get integers in [-4, 4]
+(positive for divisors), s8 in [-4, 4], u8 in [0, 8].
 
 ``tolerance`` gives the (rtol, atol) to compare a partition's output with the op-by-op
 reference: an element passes when ``|got - ref| <= atol + rtol * |ref|``.
@@ -97,7 +97,7 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
     or None) says what the tensor is where the kinds alone cannot.
 
     Returns user-facing values: float32 for f32, f16 and bf16 (values exact in the type), int32
-    for s32, int8/uint8 for s8/u8, ``np.bool_`` for boolean.
+    for s32, int64 for s64, int8/uint8 for s8/u8, ``np.bool_`` for boolean.
     """
     if role is not None and role not in ROLES:
         raise InvalidArgumentError(f"fill role {role!r} is not one of {', '.join(ROLES)} (or None)")
@@ -111,10 +111,10 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
             flat = values.reshape(-1)
             flat[0], flat[-1] = True, False
         return np.asarray(values, dtype=np.bool_)
-    if dtype in ("s32", "s8"):
+    if dtype in ("s32", "s8", "s64"):
         low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
         values = rng.integers(low, 5, size=shape)
-        return values.astype(np.int32 if dtype == "s32" else np.int8)
+        return values.astype({"s32": np.int32, "s8": np.int8, "s64": np.int64}[dtype])
     if dtype == "u8":
         return rng.integers(0, 9, size=shape).astype(np.uint8)
     if dtype not in ("f32", "f16", "bf16"):
@@ -218,10 +218,10 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
       takes at least benchdnn's relaxed eltwise-chain check: rtol 8e-6, atol 2e-5.
     * bf16/f16: at least one ulp of the type, relative (2^-7, 2^-10) and absolute; twice that
       for a chain, since the reference rounds the intermediate and the partition may not.
-    * s32, s8, u8, boolean: exact (integer results of integer data, comparisons and copies).
+    * s64, s32, s8, u8, boolean: exact (integer results of integer data, comparisons and copies).
     """
     kinds = frozenset(kinds)
-    if dtype in ("s32", "s8", "u8", "boolean"):
+    if dtype in ("s64", "s32", "s8", "u8", "boolean"):
         return 0.0, 0.0
     if dtype not in ("f32", "f16", "bf16"):
         raise InvalidArgumentError(f"no tolerance for data type {dtype!r}")

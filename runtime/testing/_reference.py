@@ -41,7 +41,8 @@ from ..kernels import pooling as kernel_pooling
 from ..kernels import resampling as kernel_resampling
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
-_INTEGER_DTYPES: dict[str, type[np.integer]] = {"s32": np.int32, "s8": np.int8, "u8": np.uint8}
+_INTEGER_DTYPES: dict[str, type[np.integer]] = {"s32": np.int32, "s8": np.int8, "u8": np.uint8,
+                                                 "s64": np.int64}
 
 
 # -- dtype conversions ----------------------------------------------------------------------
@@ -54,6 +55,14 @@ def to_dtype_values(values, dtype: str) -> np.ndarray:
     x = np.asarray(values)
     if dtype == "boolean":
         return np.asarray(x != 0, dtype=np.bool_)
+    if dtype == "s64" and x.dtype.kind in "iub":
+        return x.astype(np.int64)  # exact: float64 would round beyond 2**53
+    if dtype == "s64":  # 2**63 is past int64: saturate it to the top, as the kernels store
+        with np.errstate(invalid="ignore"):
+            y = np.clip(np.rint(np.asarray(x, np.float64)), -(2.0**63), 2.0**63)
+        top = y >= 2.0**63
+        y = np.where(np.isnan(y) | top, 0, y).astype(np.int64)
+        return np.where(top, np.iinfo(np.int64).max, y)
     if dtype in _INTEGER_DTYPES:
         info = np.iinfo(_INTEGER_DTYPES[dtype])
         with np.errstate(invalid="ignore"):
@@ -300,11 +309,13 @@ def _reduce(kind: str, a: dict, inputs: list[np.ndarray]) -> np.ndarray:
         if kind == "ReduceSum":
             return np.sum(x, axis=axes, keepdims=keep)
         if kind == "ReduceMean":
+            if x.size == 0:  # an empty axis: 0/0 (np.mean would warn)
+                return np.sum(x, axis=axes, keepdims=keep) / 0.0
             return np.mean(x, axis=axes, keepdims=keep)
-        if kind == "ReduceMax":
-            return np.max(x, axis=axes, keepdims=keep)
+        if kind == "ReduceMax":  # an empty axis gives the identity, as oneDNN's reduction does
+            return np.max(x, axis=axes, keepdims=keep, initial=-np.inf)
         if kind == "ReduceMin":
-            return np.min(x, axis=axes, keepdims=keep)
+            return np.min(x, axis=axes, keepdims=keep, initial=np.inf)
         if kind == "ReduceProd":
             return np.prod(x, axis=axes, keepdims=keep)
         if kind == "ReduceL1":

@@ -46,6 +46,7 @@ _SPECIAL = {
     "s8": [-128, -127, -1, 0, 1, 126, 127],
     "u8": [0, 1, 127, 128, 200, 254, 255],
     "boolean": [False, True, True, False],
+    "s64": [0, 1, -1, 2**24 + 1, -(2**24 + 3), 2**31, -(2**31) - 1, 2**40 + 1, 2**62, -(2**63)],
 }
 
 
@@ -60,7 +61,7 @@ def source_values(rng, dtype: str, shape=SHAPE) -> np.ndarray:
         fill = (rng.standard_normal(n) * 100).astype(np.float32)
         numpy_type = np.float16 if dtype == "f16" else np.float32
     else:
-        info = np.iinfo({"s32": np.int32, "s8": np.int8, "u8": np.uint8}[dtype])
+        info = np.iinfo({"s32": np.int32, "s8": np.int8, "u8": np.uint8, "s64": np.int64}[dtype])
         fill = rng.integers(info.min, info.max, n, endpoint=True)
         numpy_type = info.dtype
     with np.errstate(over="ignore"):
