@@ -4,8 +4,12 @@ Batch dims (batch, heads, groups …) broadcast as numpy's: K/V heads of size 1 
 heads (GQA is a grouped layout plus broadcasting). ``scale_op`` multiplies or divides the scores
 by a one-element ``scale`` tensor; ``mask`` is an additive float mask broadcasting to
 (…, Sq, Skv); ``causal`` adds the implicit causal mask: scores where ``kv > q`` (``"top_left"``)
-or ``kv > q + Skv - Sq`` (``"bottom_right"``) become -inf. A row whose scores are all -inf gives
-0 (oneDNN's softmax ``inf_as_zero``).
+or ``kv > q + Skv - Sq`` (``"bottom_right"``; the offset read at run time from ``causal_add`` -
+``causal_sub`` where given) become -inf, or ``fill``. ``softcap`` caps the scaled scores
+(``cap * tanh(s)``); ``select_mask`` with ``fill`` is oneDNN's Select mask. A row whose scores
+are all -inf gives 0 (oneDNN's softmax ``inf_as_zero``); ``stats`` (optional) gets each row's
+``m + log(l)``, SoftMax's statistics. A causal mask with a fill value visits every key (the
+filled ones still count in the softmax), where one filling with -inf stops at the diagonal.
 
 The score matrix never reaches global memory: online softmax (flash attention). Each row keeps
 a running maximum ``m``, a running sum ``l`` and an unnormalised output ``O``; each block of keys
@@ -13,7 +17,7 @@ raises ``m`` to ``m'``, rescales ``l`` and ``O`` by ``exp(m - m')``, adds ``p = 
 and ``p @ V`` to ``O``; at the end ``dst = O / l``. A row still at ``m = -inf`` shifts by 0 instead
 (``exp(-inf - 0) = 0``: no ``-inf - -inf``), so it ends with ``l = 0`` and is stored as 0.
 
-Two shapes of the same algorithm:
+Shapes of the same algorithm:
 
 * CPU (``vector_width >= 16``, PoCL): work-groups of one work-item, no barriers (on PoCL they
   spill the accumulators). A work-item owns 32 query rows (16 where Sq <= 16) of one batch index,
@@ -28,6 +32,8 @@ Two shapes of the same algorithm:
   masked. Measured against a first version with keys as lanes (K copied transposed into
   ``__local`` per block, then horizontal max/sum per row): 1.45x faster, the inlined exp another
   5%.
+* CPU, short queries (Sq <= 4, decoding; ``ocl:sdpa:rowdot``): one work-item per query row,
+  the head dims (or, for a K^T layout, 16 keys) as lanes; see ``_cpu_rowdot_generate``.
 * GPU (``vector_width == 1``), split kernel (``ocl:sdpa:wgsplit``): one work-group of 256 per
   (batch index, block of 16 query rows), 16 work-items per row. The work-group stages Q, then each
   tile of 64 K and V rows, in ``__local`` memory (rows padded so that float4 reads are free of bank
@@ -124,6 +130,19 @@ _EXP = (
 )
 
 
+# tanh on float16, inlined through sd_exp (PoCL keeps tanh(), fabs() and copysign() as calls, one per lane: with rows
+# as lanes, soft-capping a short query cost more than the rest of the kernel). Odd, so from
+# t = exp(-2|x|) <= 1: tanh|x| = (1 - t) / (1 + t). Near 0 the subtraction loses relative, not
+# absolute, precision (about 1e-7), which is what the softmax of capped scores sees.
+_TANH = (
+    "static inline float16 sd_tanh(const float16 x) {\n"
+    "    const float16 t = sd_exp((x < (float16)(0.0f)) ? (float16)(2.0f) * x : (float16)(-2.0f) * x);\n"
+    "    const float16 r = ((float16)(1.0f) - t) / ((float16)(1.0f) + t);\n"
+    "    return (x < (float16)(0.0f)) ? -r : r;\n"
+    "}\n"
+)
+
+
 def _hreduce(var: str, width: int, combine: str, out: str) -> str:
     """Statements declaring float ``out``: vector ``var`` of ``width`` lanes folded by halving."""
     lines, src = [], var
@@ -146,17 +165,28 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     v_dims, v_strides = desc.value.dims, desc.value.strides
     dst_strides = desc.dst.strides
     has_scale, scale_mode, causal = desc.scale is not None, desc.scale_mode, desc.causal
-    # An absent mask or scale is never loaded; f32 only names a type for the helpers below.
-    dtypes = {"mask": "f32", "scale": "f32", **{name: md.dtype for name, md in desc.arg_descs.items()}}
+    # An absent argument is never loaded; f32 only names a type for the helpers below.
+    dtypes = {"mask": "f32", "scale": "f32", "softcap": "f32", "fill": "f32", "select_mask": "boolean",
+              "causal_add": "s32", "causal_sub": "s32",
+              **{name: md.dtype for name, md in desc.arg_descs.items()}}
     sq, d = q_dims[-2:]
     skv = k_dims[-2]
     dv = v_dims[-1]
-    mask = desc.mask
-    has_mask = mask is not None
-    if mask is not None:
-        mask_dims = (1,) * max(0, 2 - mask.ndims) + mask.dims
-        mask_strides = (0,) * max(0, 2 - mask.ndims) + mask.strides
-    batches = [q_dims[:-2], k_dims[:-2], v_dims[:-2]] + ([mask_dims[:-2]] if has_mask else [])
+
+    def score_shaped(md):
+        """dims and strides of a (…, Sq, Skv)-broadcasting tensor, at least 2-D."""
+        pad = max(0, 2 - md.ndims)
+        return (1,) * pad + md.dims, (0,) * pad + md.strides
+
+    mask, cond = desc.mask, desc.select_mask
+    has_mask, has_select = mask is not None, cond is not None
+    batches = [q_dims[:-2], k_dims[:-2], v_dims[:-2]]
+    if has_mask:
+        mask_dims, mask_strides = score_shaped(mask)
+        batches.append(mask_dims[:-2])
+    if has_select:
+        cond_dims, cond_strides = score_shaped(cond)
+        batches.append(cond_dims[:-2])
     batch = broadcast_batch(*batches)
     nd = len(batch) + 2
     sa = {
@@ -167,38 +197,50 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     }
     if has_mask:
         sa["m"] = _aligned(mask_dims, mask_strides, nd)
+    if has_select:
+        sa["c"] = _aligned(cond_dims, cond_strides, nd)
+    if desc.stats is not None:
+        sa["s"] = _aligned(desc.stats.dims, desc.stats.strides, nd)
     nbatch = math.prod(batch)
     offsets = index_code(batch, {name: s[:-2] for name, s in sa.items()}, "bi") if batch else (
         " ".join(f"const ulong off_{name} = 0;" for name in sa)
     )
-    if not has_mask:
-        offsets += " const ulong off_m = 0;"
-    offset = _causal_offset(causal, sq, skv)
-    args = tuple(desc.arg_descs)  # query, key, value, [scale], [mask], dst
-    params = [
-        _dtype_io.param(dtypes["query"], "query", const=True),
-        _dtype_io.param(dtypes["key"], "key", const=True),
-        _dtype_io.param(dtypes["value"], "value", const=True),
-    ]
-    if has_scale:
-        params.append(_dtype_io.param(dtypes["scale"], "scale", const=True))
-    if has_mask:
-        params.append(_dtype_io.param(dtypes["mask"], "mask", const=True))
-    params.append(_dtype_io.param(dtypes["dst"], "dst", const=False))
-    loads = [dtypes[n] for n in ("query", "key", "value")] + ([dtypes["mask"]] if has_mask else []) + (
-        [dtypes["scale"]] if has_scale else [])
+    offsets += "".join(f" const ulong off_{name} = 0;" for name in ("m", "c", "s") if name not in sa)
+    # The causal offset as a C expression of type long: the diagonal's shift, or its runtime value
+    # (graphs with host-scalar Add/Subtract on the row index).
+    diagonal = _causal_offset(causal, sq, skv)
+    runtime_offset = desc.causal_add is not None or desc.causal_sub is not None
+    offset = None if diagonal is None else "coff" if runtime_offset else f"{diagonal}L"
+    args = tuple(desc.arg_descs)  # inputs in SdpaDesc.ARGS order, then dst, [stats]
+    params = [_dtype_io.param(dtypes[name], name, const=name not in ("dst", "stats")) for name in args]
+    loads = [dtypes[n] for n in args if n not in ("dst", "stats")]
     functions = _dtype_io.functions(loads=loads, stores=(dtypes["dst"],))
+    # One-element arguments, read once: sc (1/scale for "divide"), cap, fl (the fill value,
+    # scaled where the graph's Select came before the scale: the same math as the graph).
+    scale_code = ""
     if has_scale:
         scale_code = f"float sc = {_dtype_io.load(dtypes['scale'], 'scale', '0')};"
         if scale_mode == "divide":
             scale_code += " sc = 1.0f / sc;"
-    else:
-        scale_code = ""
+    if runtime_offset:
+        parts = [f"(long)({_dtype_io.load(dtypes[n], n, '0')})" for n in ("causal_add", "causal_sub")
+                 if getattr(desc, n) is not None]
+        sign = "" if desc.causal_add is not None else "-"
+        scale_code += f" const long coff = {sign}{' - '.join(parts)};"
+    if desc.softcap is not None:
+        scale_code += f" const float cap = {_dtype_io.load(dtypes['softcap'], 'softcap', '0')};"
+    if desc.fill is not None:
+        scale_code += f" const float fl = {_dtype_io.load(dtypes['fill'], 'fill', '0')}"
+        scale_code += " * sc;" if desc.fill_before_scale and has_scale else ";"
     common = dict(
         sq=sq, skv=skv, d=d, dv=dv, nbatch=nbatch, offsets=offsets, sa=sa, has_mask=has_mask,
         has_scale=has_scale, scale_code=scale_code, offset=offset, dtypes=dtypes,
         signature=f"__kernel void sdpa_fwd({', '.join(params)})", functions=functions, args=args,
+        softcap=desc.softcap is not None, select=(desc.fill_if if has_select else None),
+        causal_fill=desc.fill is not None and causal is not None, stats=desc.stats is not None,
     )
+    if config.vector_width >= 16 and rowdot_applies(sq, d, dv, sa):
+        return _cpu_rowdot_generate(**common)
     if config.vector_width >= 16:
         rv = cpu_row_vectors(sq, d, dv, config.local_memory)
         if rv:
@@ -229,17 +271,16 @@ def _tree(lines: list[str], names: list[str], combine: str, prefix: str) -> str:
 
 
 def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
-                  dtypes, signature, functions, args) -> KernelSpec:
+                  dtypes, signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
     bk, ge = CPU_SHAPES[rv]
     rb = 16 * rv  # query rows per work-item: rv float16 vectors, one row per lane
-    qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
+    qt, kt, vt, dt = (dtypes[n] for n in ("query", "key", "value", "dst"))
     load, store = _dtype_io.load, _dtype_io.store
     groups = math.ceil(sq / rb)
     sqm, sqd = sa["q"][-2:]
     skj, skd = sa["k"][-2:]
     svj, svd = sa["v"][-2:]
     sdm, sdd = sa["d"][-2:]
-    smq, smk = sa["m"][-2:] if has_mask else (0, 0)
     edge_keys = skv % bk
     hs = range(rv)
 
@@ -255,19 +296,34 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
               else f"for (ulong dd = 0; dd < {d}UL; ++dd) for (ulong t = 0; t < {rb}UL; ++t)")
     q_copy = f"{q_loop} qtf[dd * {rb}UL + t] = {q_value};"
 
-    mask_rows = ""  # mask broadcast over keys: one vector of the rows' values, for every key
-    if has_mask and smk == 0 and smq != 0:
-        mask_rows = " ".join(
-            f"const float16 mrow{h} = " + gather_rows(h, lambda t: load(mt, "mask", f"off_m + {row(t)} * {smq}UL")) + ";"
-            for h in hs)
+    # Score-shaped operands (the additive mask "m", the Select condition "c"): a tensor broadcast
+    # over keys is one vector of the rows' values (loaded once), one broadcast over rows a scalar
+    # per key (loaded per block), else a gather per key and row vector.
+    operands = ([("m", "mask")] if has_mask else []) + ([("c", "select_mask")] if select is not None else [])
+    row_vectors: list[str] = []
+    for tag, ptr in operands:
+        oq, ok = sa[tag][-2:]
+        if ok == 0 and oq != 0:
+            row_vectors.extend(
+                f"const float16 {tag}row{h} = "
+                + gather_rows(h, lambda t, ptr=ptr, tag=tag, oq=oq: load(dtypes[ptr], ptr, f"off_{tag} + {row(t)} * {oq}UL"))
+                + ";" for h in hs)
+    operand_rows = " ".join(row_vectors)
 
-    def mask_vector(j: int, h: int) -> str:
-        key = f"(j0 + {j}UL) * {smk}UL"
-        if smq == 0:
-            return f"mk{j}"
-        if smk == 0:
-            return f"mrow{h}"
-        return gather_rows(h, lambda t: load(mt, "mask", f"off_m + {row(t)} * {smq}UL + {key}"))
+    def operand_loads(tag: str, ptr: str, nk: int) -> str:
+        oq, ok = sa[tag][-2:]
+        if oq != 0:
+            return ""
+        return " ".join(f"const float16 {tag}k{j} = (float16)({load(dtypes[ptr], ptr, f'off_{tag} + (j0 + {j}UL) * {ok}UL')});"
+                        for j in range(nk))
+
+    def operand_vector(tag: str, ptr: str, j: int, h: int) -> str:
+        oq, ok = sa[tag][-2:]
+        if oq == 0:
+            return f"{tag}k{j}"
+        if ok == 0:
+            return f"{tag}row{h}"
+        return gather_rows(h, lambda t: load(dtypes[ptr], ptr, f"off_{tag} + {row(t)} * {oq}UL + (j0 + {j}UL) * {ok}UL"))
 
     def block(nk: int) -> str:
         """Keys j0 .. j0 + nk - 1 against the rb rows: scores, online softmax, O += p @ V."""
@@ -283,18 +339,23 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
             for (ulong dd = 0; dd < {d}UL; ++dd) {{ {q_vecs}{k_terms} }} }}""")
         if has_scale:
             lines.append(" ".join(f"{x} *= (float16)(sc);" for h in hs for x in s[h]))
+        if softcap:
+            lines.append(" ".join(f"{x} = (float16)(cap) * sd_tanh({x});" for h in hs for x in s[h]))
+        if select is not None:
+            lines.append(operand_loads("c", "select_mask", nk))
+            test = "!=" if select else "=="
+            lines.append(" ".join(
+                f"s{j}_{h} = ({operand_vector('c', 'select_mask', j, h)} {test} (float16)(0.0f)) ? (float16)(fl) : s{j}_{h};"
+                for h in hs for j in range(nk)))
         if has_mask:
-            if smq == 0:
-                lines.append(" ".join(
-                    f"const float16 mk{j} = (float16)({load(mt, 'mask', f'off_m + (j0 + {j}UL) * {smk}UL')});"
-                    for j in range(nk)))
-            lines.append(" ".join(f"s{j}_{h} += {mask_vector(j, h)};" for h in hs for j in range(nk)))
+            lines.append(operand_loads("m", "mask", nk))
+            lines.append(" ".join(f"s{j}_{h} += {operand_vector('m', 'mask', j, h)};" for h in hs for j in range(nk)))
         if offset is not None:
             # Key j0 + j is masked for the rows q < j0 + j - offset; only blocks crossing the diagonal.
             body = " ".join(
-                f"s{j}_{h} = (rowi{h} < (int16)((int)j0 + {j - offset})) ? (float16)(-INFINITY) : s{j}_{h};"
+                f"s{j}_{h} = (rowi{h} < (int16)((int)((long)j0 + {j}L - {offset}))) ? {masked} : s{j}_{h};"
                 for h in hs for j in range(nk))
-            lines.append(f"if ((long)j0 + {nk - 1}L > (long)q0 + {offset}L) {{ {body} }}")
+            lines.append(f"if ((long)j0 + {nk - 1}L > (long)q0 + {offset}) {{ {body} }}")
         # Lane-wise online softmax: no horizontal reductions, the lanes are rows.
         for h in hs:
             top = _tree(lines, s[h], "SD_MAX({a}, {b})", f"mx{h}_")
@@ -323,14 +384,21 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
             lines.append(pv(dv % ge, f"{dv - dv % ge}UL"))
         return "\n            ".join(lines)
 
-    if offset is not None:
-        kv_end = (f"const long kv_lim = (long)q0 + {rb + offset}L; "
+    # A causal mask filling with a value rather than -inf: every key still counts (exp(fill - m)
+    # need not be 0), so no block is skipped.
+    masked = "(float16)(fl)" if causal_fill else "(float16)(-INFINITY)"
+    if offset is not None and not causal_fill:
+        kv_end = (f"const long kv_lim = (long)q0 + {rb}L + {offset}; "
                   f"const ulong kv_end = kv_lim <= 0L ? 0UL : SD_MIN((ulong)kv_lim, {skv}UL);")
         row_index = " ".join(
             f"const int16 rowi{h} = (int16)((int)q0 + {16 * h}) + (int16)(" + ", ".join(map(str, range(16))) + ");"
             for h in hs)
     else:
         kv_end, row_index = f"const ulong kv_end = {skv}UL;", ""
+    if offset is not None and causal_fill:
+        row_index = " ".join(
+            f"const int16 rowi{h} = (int16)((int)q0 + {16 * h}) + (int16)(" + ", ".join(map(str, range(16))) + ");"
+            for h in hs)
     full_blocks = skv // bk
     if edge_keys == 0:
         loop = f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{\n            {block(bk)}\n        }}"
@@ -341,26 +409,35 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
                 f"\n            {block(bk)}\n        }}"
                 f" else {{\n            {block(edge_keys)}\n        }} }}")
     state = " ".join(f"float16 m{h} = sd_wide((float16)(-INFINITY)), l{h} = (float16)(0.0f);" for h in hs)
+    # SoftMax's statistics, max + log(sum): -inf for a row of -inf scores (m = -inf, l = 0).
+    stats_code = ""
+    if stats:
+        ssm = sa["s"][-2]
+        stats_code = (" ".join(f"st[{h}] = m{h} + log(l{h});" for h in hs)
+                      + f" for (ulong t = 0; t < SD_MIN({rb}UL, {sq}UL - q0); ++t)"
+                      f" stats[off_s + (q0 + t) * {ssm}UL] = ((__local float*)st)[t];")
     normalise = " ".join(
         f"{{ const float16 inv = (l{h} > (float16)(0.0f)) ? (float16)(1.0f) / l{h} : (float16)(0.0f);"
         f" for (ulong e = 0; e < {dv}UL; ++e) os[e * {rv}UL + {h}UL] *= inv; }}" for h in hs)
-    source = functions + _PRELUDE + _EXP + f"""{signature} {{
+    source = functions + _PRELUDE + _EXP + (_TANH if softcap else "") + f"""{signature} {{
     __local float16 qt[{d * rv}];
     __local float* const qtf = (__local float*)qt;
     __local float16 os[{dv * rv}];
     __local float* const osf = (__local float*)os;
+    {f"__local float16 st[{rv}];" if stats else ""}
     const ulong g = get_global_id(0), bi = get_global_id(1);
     if (g >= {groups}UL || bi >= {nbatch}UL) return;
     {offsets}
     {scale_code}
     const ulong q0 = g * {rb}UL;
     {q_copy}
-    {mask_rows}
+    {operand_rows}
     {row_index}
     for (ulong e = 0; e < {dv * rv}UL; ++e) os[e] = (float16)(0.0f);
     {state}
     {kv_end}
     {loop}
+    {stats_code}
     {normalise}
     const ulong nq = SD_MIN({rb}UL, {sq}UL - q0);
     for (ulong t = 0; t < nq; ++t) for (ulong e = 0; e < {dv}UL; ++e)
@@ -377,6 +454,122 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
     )
 
 
+# -- CPU path for short queries (decoding) -----------------------------------------------------------
+
+ROWDOT_MAX_SQ = 4  # rows as lanes would leave 12 of 16 lanes idle or more
+
+
+def rowdot_applies(sq: int, d: int, dv: int, sa: dict) -> bool:
+    """The short-query CPU kernel takes the problem: Sq <= ROWDOT_MAX_SQ, head sizes in float16
+    steps, the head dims of Q and V contiguous, K contiguous along D or along keys (K^T)."""
+    return (sq <= ROWDOT_MAX_SQ and d % 16 == 0 and dv % 16 == 0 and sa["q"][-1] == 1 and sa["v"][-1] == 1
+            and 1 in sa["k"][-2:])
+
+
+def _cpu_rowdot_generate(*, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset, dtypes,
+                         signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
+    """One work-item per (query row, batch index). Scores by blocks of 16 keys: where K is
+    contiguous along D, each key's score is a float16 dot product and one horizontal sum; where
+    K is contiguous along keys (a graph's K^T), the 16 keys are the lanes, one FMA per head-dim
+    index. Then a scalar online softmax per key, and ``O += p * v`` in float16 steps. For Sq of
+    a few rows (decoding: gemma2's one query row per head), where the rows-as-lanes kernel would
+    compute 16 lanes for one row: gemma2-bf16-f32 took 1.6 ms that way, 0.4 ms this way."""
+    qt, kt, vt, dt = (dtypes[n] for n in ("query", "key", "value", "dst"))
+    load, store = _dtype_io.load, _dtype_io.store
+    sqm, skj, svj = sa["q"][-2], sa["k"][-2], sa["v"][-2]
+    sdm, sdd = sa["d"][-2:]
+    nd, ndv = d // 16, dv // 16
+
+    def vec(dtype: str, ptr: str, base: str) -> str:  # 16 contiguous elements from base, unaligned
+        if dtype == "f32":
+            return f"(*(__global const sd_float16u*)({ptr} + {base}))"
+        if dtype == "bf16":  # one 32-byte load and a shift, not 16 scalar conversions
+            return f"as_float16(convert_uint16(*(__global const sd_ushort16u*)({ptr} + {base})) << 16)"
+        return "((float16)(" + ", ".join(load(dtype, ptr, f"{base} + {k}UL") for k in range(16)) + "))"
+
+    score = []
+    if has_scale:
+        score.append("x *= sc;")
+    if softcap:
+        score.append("x = cap * tanh(x);")
+    if select is not None:
+        scq, sck = sa["c"][-2:]
+        c = load(dtypes["select_mask"], "select_mask", f"off_c + qi * {scq}UL + j * {sck}UL")
+        score.append(f"if ({c} {'!=' if select else '=='} 0.0f) x = fl;")
+    if has_mask:
+        smq, smk = sa["m"][-2:]
+        score.append(f"x += {load(dtypes['mask'], 'mask', f'off_m + qi * {smq}UL + j * {smk}UL')};")
+    if offset is not None:
+        score.append(f"if ((long)j > (long)qi + {offset}) x = {'fl' if causal_fill else '-INFINITY'};")
+    if offset is not None and not causal_fill:
+        kv_end = (f"const long kv_lim = (long)qi + {offset} + 1L; "
+                  f"const ulong kv_end = kv_lim <= 0L ? 0UL : SD_MIN((ulong)kv_lim, {skv}UL);")
+    else:
+        kv_end = f"const ulong kv_end = {skv}UL;"
+    skd = sa["k"][-1]
+    edge = skv % 16
+    if skd == 1:
+        dot = _hreduce("acc", 16, "{a} + {b}", "x0")
+        scores = (f"for (ulong jj = 0; jj < 16UL; ++jj) {{ const ulong kb = off_k + SD_MIN(j0 + jj, {skv - 1}UL) * {skj}UL;"
+                  f" float16 acc = q[0] * {vec(kt, 'key', 'kb')};"
+                  f" for (ulong c = 1; c < {nd}UL; ++c) acc += q[c] * {vec(kt, 'key', 'kb + c * 16UL')};"
+                  f" {dot} xs[jj] = x0; }}")
+    else:  # keys contiguous: 16 keys per vector load, past Skv clamped to the last key's block
+        kb = f"off_k + SD_MIN(j0, {max(0, skv - 16)}UL)" if edge and skv >= 16 else "off_k + j0"
+        if skv < 16:
+            scores = (f"for (ulong jj = 0; jj < 16UL; ++jj) {{ float x = 0.0f; const ulong kb = off_k + SD_MIN(jj, {skv - 1}UL);"
+                      f" for (ulong dd = 0; dd < {d}UL; ++dd) x += qf[dd] * {load(kt, 'key', f'kb + dd * {skd}UL')};"
+                      " xs[jj] = x; }")
+        else:
+            shift = f" const ulong sh = j0 - SD_MIN(j0, {skv - 16}UL);" if edge else " const ulong sh = 0;"
+            k_block = vec(kt, "key", f"{kb} + dd * {skd}UL")
+            scores = (f"{{ float16 acc = (float16)(0.0f);{shift}"
+                      f" for (ulong dd = 0; dd < {d}UL; ++dd) acc += (float16)(qf[dd]) * {k_block};"
+                      " *(float16*)xs16 = acc; for (ulong jj = 0; jj < 16UL; ++jj) xs[jj] = xs16[SD_MIN(jj + sh, 15UL)]; }")
+    stats_code = f"stats[off_s + qi * {sa['s'][-2]}UL] = m + log(l);" if stats else ""
+    out = store(dt, "dst", f"off_d + qi * {sdm}UL + (c * 16UL + e) * {sdd}UL", "o[c][e] * inv")
+    source = functions + _PRELUDE + "typedef ushort16 __attribute__((aligned(2))) sd_ushort16u;\n" + f"""{signature} {{
+    const ulong qi = get_global_id(0), bi = get_global_id(1);
+    if (qi >= {sq}UL || bi >= {nbatch}UL) return;
+    {offsets}
+    {scale_code}
+    float16 q[{nd}], o[{ndv}];
+    __attribute__((aligned(64))) float xs[16], xs16[16];
+    for (ulong c = 0; c < {nd}UL; ++c) q[c] = sd_wide({vec(qt, "query", f"off_q + qi * {sqm}UL + c * 16UL")});
+    const float* const qf = (const float*)q;
+    for (ulong c = 0; c < {ndv}UL; ++c) o[c] = (float16)(0.0f);
+    float m = -INFINITY, l = 0.0f;
+    {kv_end}
+    for (ulong j0 = 0; j0 < kv_end; j0 += 16UL) {{
+      {scores}
+      for (ulong jj = 0; jj < 16UL && j0 + jj < kv_end; ++jj) {{
+        const ulong j = j0 + jj;
+        float x = xs[jj];
+        {" ".join(score)}
+        const float mn = x > m ? x : m;
+        const float mz = mn == -INFINITY ? 0.0f : mn;
+        const float alpha = exp(m - mz), p = exp(x - mz);
+        m = mn;
+        l = l * alpha + p;
+        const ulong vb = off_v + j * {svj}UL;
+        for (ulong c = 0; c < {ndv}UL; ++c) o[c] = o[c] * alpha + p * {vec(vt, "value", "vb + c * 16UL")};
+      }}
+    }}
+    {stats_code}
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (ulong c = 0; c < {ndv}UL; ++c) for (ulong e = 0; e < 16UL; ++e) {{ {out} }}
+}}
+"""
+    return KernelSpec(
+        source=source,
+        name="sdpa_fwd",
+        arg_names=args,
+        global_size=(sq, nbatch),
+        local_size=(1, 1),
+        impl="ocl:sdpa:rowdot:l1x1",
+    )
+
+
 # -- GPU path --------------------------------------------------------------------------------------
 
 
@@ -389,7 +582,7 @@ def _gpu_local(sq: int, config: KernelConfig) -> int:
 
 
 def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
-                  offset, dtypes, signature, functions, args) -> KernelSpec:
+                  offset, dtypes, signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
     qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
     load = _dtype_io.load
     local = _gpu_local(sq, config)
@@ -404,14 +597,22 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     score = ["float x = 0.0f;", f"for (uint dd = 0; dd < {d}u; ++dd) x += qr[dd] * kl[j * {d}u + dd];"]
     if has_scale:
         score.append("x *= sc;")
+    if softcap:
+        score.append("x = cap * tanh(x);")
+    if select is not None:
+        scq, sck = sa["c"][-2:]
+        c = load(dtypes["select_mask"], "select_mask", f"off_c + qc * {scq}UL + (j0 + j) * {sck}UL")
+        score.append(f"if (j0 + j < {skv}UL && ({c} {'!=' if select else '=='} 0.0f)) x = fl;")
     masked = [f"j0 + j >= {skv}UL"]
-    if offset is not None:
-        masked.append(f"(long)(j0 + j) > (long)qi + {offset}L")
     if has_mask:
         score.append(f"if (j0 + j < {skv}UL) x += {load(mt, 'mask', f'off_m + qc * {smq}UL + (j0 + j) * {smk}UL')};")
+    if offset is not None and causal_fill:
+        score.append(f"if ((long)(j0 + j) > (long)qi + {offset}) x = fl;")
+    elif offset is not None:
+        masked.append(f"(long)(j0 + j) > (long)qi + {offset}")
     score.append(f"if ({' || '.join(masked)}) x = -INFINITY;")
-    if offset is not None:
-        kv_end = (f"const long kv_lim = (long)(g * {local}UL + {local - 1}UL) + {offset}L + 1L; "
+    if offset is not None and not causal_fill:
+        kv_end = (f"const long kv_lim = (long)(g * {local}UL + {local - 1}UL) + {offset} + 1L; "
                   f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
     else:
         kv_end = f"const ulong kv_end = {skv}UL;"
@@ -465,6 +666,7 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     if (qi < {sq}UL) {{
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (uint e = 0; e < {dv}u; ++e) {{ {store_row} }}
+        {f"stats[off_s + qi * {sa['s'][-2]}UL] = m + log(l);" if stats else ""}
     }}
 }}
 """
@@ -526,7 +728,8 @@ def _split_local_floats(t: int, bk: int, local: int, d: int, dv: int) -> int:
 
 
 def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
-                        offset, dtypes, signature, functions, args) -> KernelSpec:
+                        offset, dtypes, signature, functions, args, softcap, select, causal_fill,
+                        stats) -> KernelSpec:
     """T work-items per query row, local / T rows per work-group. Work-item t of a row takes keys
     t, t + T, ... of each tile (a quarter-warp's 8 work-items read 8 consecutive K/V rows of the
     tile: float4 reads free of bank conflicts, the rows of a warp share them as broadcasts) and
@@ -597,13 +800,22 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     post = []
     for c in range(kc):
         key = f"j0 + {c * t_}UL + t"
+        if softcap:
+            post.append(f"s{c} = cap * tanh(s{c});")
+        if select is not None:
+            scq, sck = sa["c"][-2:]
+            cv = load(dtypes["select_mask"], "select_mask", f"off_c + qc * {scq}UL + ({key}) * {sck}UL")
+            in_range = "" if kv_full else f"{key} < {skv}UL && "
+            post.append(f"if ({in_range}{cv} {'!=' if select else '=='} 0.0f) s{c} = fl;")
         if has_mask:
             post.append(f"s{c} += mk{c};")
         conds = []
         if not kv_full:
             conds.append(f"{key} >= {skv}UL")
-        if offset is not None:
-            conds.append(f"(long)({key}) > (long)qi + {offset}L")
+        if offset is not None and causal_fill:
+            post.append(f"if ((long)({key}) > (long)qi + {offset}) s{c} = fl;")
+        elif offset is not None:
+            conds.append(f"(long)({key}) > (long)qi + {offset}")
         if conds:
             post.append(f"if ({' || '.join(conds)}) s{c} = -INFINITY;")
     top = " ".join(f"bm = fmax(bm, s{c});" for c in range(kc))
@@ -614,8 +826,8 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
         terms = "".join(f" o{e} = fma((float4)(p{c}), L4(vl + t * {vs}u + {c * t_ * vs + 4 * e}u), o{e});"
                         for c in range(kc))
         pv.append(f"o{e} *= alpha;{terms}")
-    if offset is not None:
-        kv_end = (f"const long kv_lim = (long)(g * {rows}UL + {rows - 1}UL) + {offset}L + 1L; "
+    if offset is not None and not causal_fill:
+        kv_end = (f"const long kv_lim = (long)(g * {rows}UL + {rows - 1}UL) + {offset} + 1L; "
                   f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
     else:
         kv_end = f"const ulong kv_end = {skv}UL;"
@@ -684,6 +896,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     float ll = 0.0f;
     for (uint w = 0; w < {t_}u; ++w) ll += red_l[rw * {t_}u + w];
     const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+    {f"if (qi < {sq}UL && t == 0u) stats[off_s + qi * {sa['s'][-2]}UL] = mm + log(ll);" if stats else ""}
     {chr(10).join("    " + s for s in merge).lstrip()}
 }}
 """
@@ -709,43 +922,76 @@ def reference(
     scale=None,
     scale_mode: str = "multiply",
     causal: str | None = None,
+    softcap=None,
+    select_mask=None,
+    fill=None,
+    fill_if: bool = False,
+    fill_before_scale: bool = False,
+    causal_add=None,
+    causal_sub=None,
     dst_dtype: str = "f32",
-) -> np.ndarray:
-    """``softmax(scale_op(Q @ K^T) + mask) @ V`` of user-facing values (bf16 as float32) in float64,
-    K in its natural (…, Skv, D) layout; rows with every score -inf give 0 (``inf_as_zero``).
-    Rounded to float32 and stored as ``dst_dtype``."""
+    with_stats: bool = False,
+):
+    """``softmax(scores) @ V`` of user-facing values (bf16 as float32) in float64, K in its natural
+    (…, Skv, D) layout, the scores made as ``SdpaDesc`` says: Q @ K^T, [Select before the scale],
+    scale, softcap, [Select], + mask, causal (-inf, or ``fill`` where given); rows with every
+    score -inf give 0 (``inf_as_zero``). Rounded to float32 and stored as ``dst_dtype``; with
+    ``with_stats``, ``(dst, stats)``, stats the rows' max + log(sum(exp(s - max))) as float32."""
     q, k, v = (_dtype_io.widen(x) for x in (query, key, value))
     s = np.matmul(q, np.swapaxes(k, -1, -2))
+
+    def one(x) -> float:
+        return float(_dtype_io.widen(x).reshape(-1)[0])
+
+    def select(s, fill_value):
+        cond = np.asarray(select_mask).astype(bool)
+        return np.where(cond == bool(fill_if), fill_value, s)
+
+    if select_mask is not None and fill_before_scale:
+        s = select(s, one(fill))
     if scale is not None:
-        factor = float(_dtype_io.widen(scale).reshape(-1)[0])
+        factor = one(scale)
         if scale_mode == "multiply":
             s = s * factor
         elif scale_mode == "divide":
             s = s / factor
         else:
             raise ValueError(f"scale_mode {scale_mode!r} is not one of {', '.join(SCALE_MODES)}")
+    if softcap is not None:
+        s = one(softcap) * np.tanh(s)
+    if select_mask is not None and not fill_before_scale:
+        s = select(s, one(fill))
     if mask is not None:
         s = s + _dtype_io.widen(mask)
     sq, skv = s.shape[-2:]
     offset = _causal_offset(causal, sq, skv)
+    if offset is not None and (causal_add is not None or causal_sub is not None):
+        offset = int(np.asarray(causal_add if causal_add is not None else 0).reshape(-1)[0]) - int(
+            np.asarray(causal_sub if causal_sub is not None else 0).reshape(-1)[0])
     if offset is not None:
         rows = np.arange(sq)[:, None]
         cols = np.arange(skv)[None, :]
-        s = np.where(cols > rows + offset, -np.inf, s)
-    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.where(cols > rows + offset, -np.inf if fill is None else one(fill), s)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         m = np.max(s, axis=-1, keepdims=True)
         m = np.where(np.isneginf(m), 0.0, m)
         e = np.exp(s - m)
         total = np.sum(e, axis=-1, keepdims=True)
         p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
-    out = np.matmul(p, v)
-    return _dtype_io.store_reference(out.astype(np.float32), dst_dtype)
+        stats = np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+    out = _dtype_io.store_reference(np.matmul(p, v).astype(np.float32), dst_dtype)
+    if with_stats:
+        return out, stats.astype(np.float32)
+    return out
 
 
 def _reference(desc: SdpaDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return reference(
         inputs["query"], inputs["key"], inputs["value"], mask=inputs.get("mask"), scale=inputs.get("scale"),
-        scale_mode=desc.scale_mode, causal=desc.causal, dst_dtype=desc.dst.dtype,
+        scale_mode=desc.scale_mode, causal=desc.causal, softcap=inputs.get("softcap"),
+        select_mask=inputs.get("select_mask"), fill=inputs.get("fill"), fill_if=desc.fill_if,
+        fill_before_scale=desc.fill_before_scale, causal_add=inputs.get("causal_add"),
+        causal_sub=inputs.get("causal_sub"), dst_dtype=desc.dst.dtype,
     )
 
 

@@ -46,15 +46,25 @@ class SdpaDesc(OpDesc):
     size 1 broadcast over Q's heads (GQA, e.g. Q (b, kv_heads, group, Sq, D) with K
     (b, kv_heads, 1, Skv, D)).
 
-    Keywords: ``mask``, an additive float mask broadcasting to (…, Sq, Skv); ``scale``, a
-    one-element memory that multiplies (``scale_mode="multiply"``) or divides (``"divide"``)
-    the scores before the mask (without a scale, ``scale_mode`` is stored as "multiply");
-    ``causal``: None, ``"top_left"`` (scores with kv > q become
-    -inf) or ``"bottom_right"`` (kv > q + Skv - Sq). A row with every score -inf gives 0
-    (oneDNN's ``inf_as_zero``).
+    Keywords, in the order the kernel applies them to a score: ``scale``, a one-element memory
+    that multiplies (``scale_mode="multiply"``) or divides (``"divide"``) the scores (without a
+    scale, ``scale_mode`` is stored as "multiply"); ``softcap``, one element: scores become
+    ``softcap * tanh(score)`` (gemma2's soft-capping); ``select_mask``, a boolean (or u8) tensor
+    broadcasting to (…, Sq, Skv), with ``fill``, one element: scores where ``select_mask`` is
+    ``fill_if`` become ``fill`` (oneDNN's ``Select(cond, scores, fill)`` is ``fill_if=False``,
+    ``Select(cond, fill, scores)`` is ``fill_if=True``); with ``fill_before_scale`` the Select
+    came before the scale in the graph, so ``fill`` is scaled too (softcap excluded); ``mask``,
+    an additive float mask broadcasting to (…, Sq, Skv); ``causal``: None, ``"top_left"``
+    (scores with kv > q are masked) or ``"bottom_right"`` (kv > q + Skv - Sq), masked scores
+    becoming -inf, or ``fill`` where one is given (GenIndex/GreaterEqual/Select graphs). A row
+    with every score -inf gives 0 (oneDNN's ``inf_as_zero``). ``causal_add`` and ``causal_sub``,
+    one-element s32 memories (host scalars in graphs), give bottom_right's offset at run time:
+    kv > q + causal_add - causal_sub is masked (Skv - Sq when neither is given). ``stats``, an optional f32
+    output (…, Sq, 1): each row's ``max + log(sum(exp(score - max)))``, SoftMax's second output.
 
-    Data types: query, key, value, dst, mask and scale each f32, bf16 or f16; f32 math.
-    Execution arguments: query, key, value, [scale], [mask], dst.
+    Data types: query, key, value, dst, mask, scale, softcap and fill each f32, bf16 or f16;
+    f32 math. Execution arguments: query, key, value, [scale], [softcap], [select_mask],
+    [fill], [mask], [causal_add], [causal_sub], dst, [stats].
     """
 
     query: MemoryDesc = attrs.field(validator=memory_desc("query"))
@@ -65,6 +75,17 @@ class SdpaDesc(OpDesc):
     scale: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("scale"))
     scale_mode: str = attrs.field(default="multiply", kw_only=True, validator=_one_of("scale_mode", SCALE_MODES))
     causal: str | None = attrs.field(default=None, kw_only=True, validator=_one_of("causal", (None,) + CAUSAL))
+    softcap: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("softcap"))
+    select_mask: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                                 validator=_optional_memory_desc("select_mask"))
+    fill: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("fill"))
+    fill_if: bool = attrs.field(default=False, kw_only=True, converter=bool)
+    fill_before_scale: bool = attrs.field(default=False, kw_only=True, converter=bool)
+    stats: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("stats"))
+    causal_add: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                                validator=_optional_memory_desc("causal_add"))
+    causal_sub: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                                validator=_optional_memory_desc("causal_sub"))
 
     kind = "sdpa"
     ARGS = (
@@ -72,8 +93,14 @@ class SdpaDesc(OpDesc):
         Arg("key", dtypes=FLOAT_DTYPES),
         Arg("value", dtypes=FLOAT_DTYPES),
         Arg("scale", optional=True, dtypes=FLOAT_DTYPES),
+        Arg("softcap", optional=True, dtypes=FLOAT_DTYPES),
+        Arg("select_mask", optional=True, dtypes=("boolean", "u8")),
+        Arg("fill", optional=True, dtypes=FLOAT_DTYPES),
         Arg("mask", optional=True, dtypes=FLOAT_DTYPES),
+        Arg("causal_add", optional=True, dtypes=("s32",)),
+        Arg("causal_sub", optional=True, dtypes=("s32",)),
         Arg("dst", output=True, dtypes=FLOAT_DTYPES),
+        Arg("stats", output=True, optional=True, dtypes=("f32",)),
     )
 
     def __attrs_post_init__(self) -> None:
@@ -98,6 +125,31 @@ class SdpaDesc(OpDesc):
                     f"mask dims {self.mask.dims} do not broadcast to the scores' (Sq, Skv) = ({sq}, {skv})"
                 )
             batches["mask"] = mask_dims[:-2]
+        if self.select_mask is not None:
+            cond_dims = (1,) * max(0, 2 - self.select_mask.ndims) + self.select_mask.dims
+            if cond_dims[-2] not in (1, sq) or cond_dims[-1] not in (1, skv):
+                raise ArgumentMismatchError(
+                    f"select_mask dims {self.select_mask.dims} do not broadcast to the scores' (Sq, Skv) = ({sq}, {skv})"
+                )
+            batches["select_mask"] = cond_dims[:-2]
+            if self.fill is None:
+                raise InvalidArgumentError("select_mask needs a fill value (fill=...)")
+        elif self.fill is not None and self.causal is None:
+            raise InvalidArgumentError("fill replaces masked scores: it needs select_mask or causal")
+        if (self.causal_add is not None or self.causal_sub is not None) and self.causal != "bottom_right":
+            raise InvalidArgumentError(
+                f"causal_add/causal_sub give a bottom-right causal mask's offset at run time; causal is {self.causal!r}"
+            )
+        for name in ("softcap", "fill", "causal_add", "causal_sub"):
+            md = getattr(self, name)
+            if md is not None and md.nelems != 1:
+                raise ArgumentMismatchError(f"{name} dims {md.dims} hold {md.nelems} elements; expected one")
+        if self.fill_before_scale and self.scale is not None and self.softcap is not None:
+            raise InvalidArgumentError(
+                "fill_before_scale with softcap: the fill would go through tanh, which the kernel does not do"
+            )
+        if self.fill_before_scale and self.scale is not None and self.select_mask is None:
+            raise InvalidArgumentError("fill_before_scale applies to select_mask's fill; there is no select_mask")
         try:
             batch = broadcast_dims(*batches.values())
         except ValueError:
@@ -105,6 +157,7 @@ class SdpaDesc(OpDesc):
             raise ArgumentMismatchError(f"batch dims of {of} do not broadcast") from None
         if self.scale is None:
             self._set("scale_mode", "multiply")  # no scale: one descriptor either way
+            self._set("fill_before_scale", False)
         elif self.scale.nelems != 1:
             raise ArgumentMismatchError(f"scale dims {self.scale.dims} hold {self.scale.nelems} elements; expected one")
         dims = batch + (sq, dv)
@@ -116,6 +169,12 @@ class SdpaDesc(OpDesc):
                 f"dst dims {self.dst.dims} differ from the attention output dims {dims} "
                 f"(broadcast batch, Sq of query, Dv of value)"
             )
+        if self.stats is not None:
+            check_memory_desc("stats", self.stats)
+            if self.stats.dims != batch + (sq, 1):
+                raise ArgumentMismatchError(
+                    f"stats dims {self.stats.dims} differ from the per-row statistics dims {batch + (sq, 1)}"
+                )
 
     @property
     def label(self) -> str:

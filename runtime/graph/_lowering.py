@@ -216,22 +216,39 @@ class Builder:
             n = view.desc.ndims
             return permuted(view, tuple(range(n - 2)) + (n - 1, n - 2))
 
+        def one_element(lt) -> View:
+            view = self.view(lt)
+            return View(view.slot, MemoryDesc((1,), view.desc.dtype))
+
         key, value = self.view(match.key), self.view(match.value)
         inputs = {"query": self.view(match.query),
                   "key": last_two_swapped(key) if match.key_transposed else key,
                   "value": last_two_swapped(value) if match.value_transposed else value}
-        if match.scale is not None:
-            scale = self.view(match.scale)
-            inputs["scale"] = View(scale.slot, MemoryDesc((1,), scale.desc.dtype))
-        if match.mask is not None:
-            inputs["mask"] = self.view(match.mask)
-        mode = match.scale_mode
+        for name in ("scale", "softcap", "fill", "causal_add", "causal_sub"):
+            if getattr(match, name) is not None:
+                inputs[name] = one_element(getattr(match, name))
+        for name in ("select_mask", "mask"):
+            if getattr(match, name) is not None:
+                inputs[name] = self.view(getattr(match, name))
+        # Without a scale SdpaDesc stores scale_mode "multiply" and fill_before_scale False.
+        options = dict(scale_mode=match.scale_mode, causal=match.causal, fill_if=match.fill_if,
+                       fill_before_scale=match.fill_before_scale)
 
-        def make(query, key, value, dst, scale=None, mask=None):
-            return SdpaDesc(query, key, value, dst, mask=mask, scale=scale,
-                            scale_mode=mode if scale is not None else "multiply")
+        def make(query, key, value, dst, **optional):
+            return SdpaDesc(query, key, value, dst, **optional, **options)
 
-        self.run(first, make, inputs, {"dst": self.output(match.output)})
+        # The data movement after the attention (match.tail) costs nothing: the kernel writes
+        # the last tensor's layout, seen with the attention output's dims.
+        dst = _sdpa_dst(self, match)
+        outputs = {"dst": dst if dst is not None else self.output(match.output)}
+        if match.output_transposed:
+            outputs["dst"] = last_two_swapped(outputs["dst"])
+        if match.stats is not None:
+            outputs["stats"] = self.output(match.stats)
+        self.run(first, make, inputs, outputs)
+        if dst is None:  # a reshape the layout cannot take without a copy: the tail op by op
+            for op in match.tail:
+                self.lower(op)
 
     def lower(self, op: Op, fused=None) -> None:
         """Lower ``op``; with ``fused`` (a ``_fusion.Chain``), its post-op chain rides along and
@@ -243,6 +260,30 @@ class Builder:
         LOWERINGS[op.kind](self, op)
         self._redirect.clear()
         self._post = ()
+
+
+def _sdpa_dst(b: Builder, match) -> View | None:
+    """Where the attention writes its output so that ``match.tail`` needs no step: the tail's
+    last tensor seen back through each move; None where a reshape needs a copy."""
+    final = match.final if match.final is not None else match.output
+    port = b.output_slots.get(final.id)
+    desc = port.desc if port is not None else MemoryDesc(_dims(known_shape(final)), storage_dtype(final.dtype))
+    view = View(-1, desc)
+    for op in reversed(match.tail):
+        dims = _dims(known_shape(op.inputs[0]))
+        if op.kind == "StaticTranspose":
+            order = [o % len(dims) for o in op.attrs["order"]]
+            inverse = [order.index(i) for i in range(len(order))]
+            view = permuted(view, tuple(inverse))
+        elif op.kind == "StaticReshape":
+            regrouped = reshaped(view, dims)
+            if regrouped is None:
+                return None
+            view = regrouped
+        if view.desc.dims != dims:
+            return None
+    slot = b.output(final).slot
+    return View(slot, view.desc)
 
 
 def reshaped(view: View, dims: tuple[int, ...]) -> View | None:

@@ -1,12 +1,33 @@
 """Scaled-dot-product attention inside a partition: the op chain that one fused SdpaDesc runs.
 
-oneDNN fuses ``MatMul(Q, K) -> [Multiply|Divide by a one-element scale] -> [Add mask] ->
-SoftMax(last axis) -> MatMul(·, V)`` into one kernel that never writes the score matrix. The
-match requires each intermediate to be f32, read only by the next op and not a partition
-output; the first MatMul not to transpose Q (K may come either way: ``transpose_b`` or an
-explicit (…, D, Skv) layout), the second not to transpose the probabilities, and neither to
-carry a bias. Masks that are boolean Selects are left to the op-by-op lowering: their fill value
-is a runtime input, which a fused additive mask cannot take.
+oneDNN fuses ``MatMul(Q, K) -> score ops -> SoftMax(last axis) -> MatMul(·, V)`` into one kernel
+that never writes the score matrix. The score ops, in the order the kernel applies them (a graph
+may name each at most once, in this order):
+
+* ``Select(cond, scores, fill)`` or ``Select(cond, fill, scores)``, a boolean cond broadcasting to
+  the scores and a one-element fill, when it comes before the scale (MHA-GPT: the kernel scales
+  the fill as the graph does);
+* ``Multiply`` or ``Divide`` by a one-element scale;
+* soft-capping, ``Tanh -> Multiply`` by a one-element cap (gemma2: the Multiply before the Tanh
+  is the scale); not after a Select;
+* the Select, when it comes after the scale;
+* ``Add`` of a float mask;
+* an implicit causal mask: ``GenIndex(axis -2)`` and ``GenIndex(axis -1)`` of the scores,
+  ``GreaterEqual(row, col)``, ``Select(ge, scores, fill)`` (masked scores become fill, not -inf):
+  top-left; with ``Add(row, a)`` and/or ``Subtract(·, b)`` of one-element s32 tensors (host
+  scalars) on the row index, bottom-right with the offset a - b read at run time; only where no
+  other Select is in the chain (one fill).
+
+The match requires each score intermediate to be f32, read only by the next op (the causal
+mask's GenIndex ops aside) and not a partition output; the probabilities (SoftMax's output) may
+be f32, f16 or bf16; SoftMax may have its second output, the statistics, which the kernel
+writes. The first MatMul may not transpose Q (K may come either way: ``transpose_b`` or an
+explicit (…, D, Skv) layout); the second takes the probabilities as its first input (V either
+way), or, the transposed form (JAX), their ``StaticTranspose`` of the last two dims (optionally
+through a Reorder) as its second input, V^T first: it then makes the output's transpose. Neither
+MatMul may carry a bias. Data movement after the second MatMul (``StaticTranspose``,
+``StaticReshape``, ``Reorder`` of the same type, each intermediate read only by the next) joins
+the match: the kernel writes the last one's layout directly.
 """
 
 from __future__ import annotations
@@ -16,6 +37,9 @@ import attrs
 from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 
+_FLOATS = ("f32", "f16", "bf16")
+_MOVES = ("StaticTranspose", "StaticReshape", "Reorder")
+
 
 @attrs.frozen
 class SdpaMatch:
@@ -23,12 +47,42 @@ class SdpaMatch:
     key: LogicalTensor
     key_transposed: bool       # the graph's K is (…, D, Skv): the kernel reads it as (…, Skv, D)
     value: LogicalTensor
-    value_transposed: bool
+    value_transposed: bool     # the graph's V is (…, Dv, Skv)
     scale: LogicalTensor | None
     scale_mode: str
     mask: LogicalTensor | None
-    output: LogicalTensor
-    ops: tuple[int, ...]       # ids of the ops it replaces, the first MatMul first
+    output: LogicalTensor      # the second MatMul's output
+    ops: tuple[int, ...]       # ids of the ops it replaces, the first MatMul first, the last op last
+    softcap: LogicalTensor | None = None
+    select_mask: LogicalTensor | None = None
+    fill: LogicalTensor | None = None
+    fill_if: bool = False
+    fill_before_scale: bool = False
+    causal: str | None = None
+    causal_add: LogicalTensor | None = None  # bottom-right's run-time offset: causal_add - causal_sub
+    causal_sub: LogicalTensor | None = None
+    stats: LogicalTensor | None = None
+    output_transposed: bool = False  # the second MatMul made (…, Dv, Sq): V^T @ P^T
+    tail: tuple[Op, ...] = ()        # data movement after the second MatMul, in order
+    final: LogicalTensor | None = None  # the tail's last output (the output without a tail)
+
+
+@attrs.define
+class _Scores:
+    """What the score ops between the MatMuls add up to, as the chain is read."""
+
+    scale: LogicalTensor | None = None
+    scale_mode: str = "multiply"
+    softcap: LogicalTensor | None = None
+    tanh: bool = False  # a Tanh waiting for its cap Multiply
+    select_mask: LogicalTensor | None = None
+    fill: LogicalTensor | None = None
+    fill_if: bool = False
+    fill_before_scale: bool = False
+    mask: LogicalTensor | None = None
+    causal: str | None = None
+    causal_add: LogicalTensor | None = None
+    causal_sub: LogicalTensor | None = None
 
 
 def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
@@ -37,60 +91,214 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
         for lt in op.inputs:
             readers.setdefault(lt.id, []).append(op)
 
-    def only_reader(lt: LogicalTensor) -> Op | None:
-        if lt.id in output_ids or lt.dtype != "f32":
+    def only_reader(lt: LogicalTensor, dtypes: tuple[str, ...] = ("f32",)) -> Op | None:
+        if lt.id in output_ids or lt.dtype not in dtypes:
             return None
         found = readers.get(lt.id, [])
         return found[0] if len(found) == 1 else None
 
-    matches, taken = [], set()
+    matches: list[SdpaMatch] = []
+    taken: set[int] = set()
     for first in ops:
         if first.kind != "MatMul" or first.id in taken or len(first.inputs) != 2:
             continue
         if first.attrs.get("transpose_a") or any(len(known_shape(lt)) < 2 for lt in first.inputs):
             continue
-        chain = [first.id]
-        scale, scale_mode, mask = None, "multiply", None
-        current = first.outputs[0]
-        step = only_reader(current)
-        if step is not None and step.kind in ("Multiply", "Divide") and step.inputs[0].id == current.id \
-                and step.inputs[1].shape is not None and _numel(step.inputs[1].shape) == 1:
-            scale, scale_mode = step.inputs[1], "multiply" if step.kind == "Multiply" else "divide"
-            chain.append(step.id)
-            current = step.outputs[0]
-            step = only_reader(current)
-        elif step is not None and step.kind == "Multiply" and step.inputs[1].id == current.id \
-                and step.inputs[0].shape is not None and _numel(step.inputs[0].shape) == 1:
-            scale = step.inputs[0]
-            chain.append(step.id)
-            current = step.outputs[0]
-            step = only_reader(current)
-        if step is not None and step.kind == "Add" and known_shape(step.outputs[0]) == known_shape(current):
-            other = step.inputs[1] if step.inputs[0].id == current.id else step.inputs[0]
-            if other.id != current.id and other.dtype in ("f32", "bf16", "f16"):
-                mask = other
-                chain.append(step.id)
-                current = step.outputs[0]
-                step = only_reader(current)
-        if step is None or step.kind != "SoftMax" or len(step.outputs) != 1 or \
-                step.attrs.get("axis", -1) % len(known_shape(current)) != len(known_shape(current)) - 1 or \
-                step.attrs.get("mode", "none") not in ("none", "inf_as_zero"):
+        match = _match_from(first, only_reader, readers, output_ids)
+        if match is not None and not taken.intersection(match.ops):
+            matches.append(match)
+            taken.update(match.ops)
+    return matches
+
+
+def _match_from(first: Op, only_reader, readers, output_ids) -> SdpaMatch | None:
+    chain = [first.id]
+    sc = _Scores()
+    current = first.outputs[0]
+    while True:
+        causal = _causal_select(current, readers, output_ids)
+        if causal is not None:
+            ids, fill, out, shift = causal
+            if sc.select_mask is not None or sc.causal is not None or sc.tanh:
+                return None
+            sc.causal, sc.fill = ("bottom_right" if shift else "top_left"), fill
+            sc.causal_add, sc.causal_sub = shift.get("causal_add"), shift.get("causal_sub")
+            chain.extend(ids)
+            current = out
             continue
+        step = only_reader(current)
+        if step is None:
+            return None
+        if step.kind == "SoftMax":
+            break
+        if sc.causal is not None or not _score_step(step, current, sc):
+            return None
         chain.append(step.id)
         current = step.outputs[0]
-        second = only_reader(current)
-        if second is None or second.kind != "MatMul" or len(second.inputs) != 2 or \
-                second.inputs[0].id != current.id or second.attrs.get("transpose_a") or \
-                len(known_shape(second.inputs[1])) < 2:
-            continue
+    softmax = step
+    rank = len(known_shape(current))
+    if sc.tanh or softmax.attrs.get("axis", -1) % rank != rank - 1 or \
+            softmax.attrs.get("mode", "none") not in ("none", "inf_as_zero") or len(softmax.outputs) > 2:
+        return None
+    stats = softmax.outputs[1] if len(softmax.outputs) == 2 else None
+    if stats is not None and (stats.dtype != "f32" or known_shape(stats) != known_shape(current)[:-1] + (1,)):
+        return None
+    chain.append(softmax.id)
+    probs = softmax.outputs[0]
+    second = only_reader(probs, _FLOATS)
+    transposed = False
+    if second is not None and second.kind == "StaticTranspose" and _swaps_last_two(second.attrs.get("order"), rank):
         chain.append(second.id)
-        q, k = first.inputs
-        matches.append(SdpaMatch(
-            query=q, key=k, key_transposed=not first.attrs.get("transpose_b", False),
-            value=second.inputs[1], value_transposed=bool(second.attrs.get("transpose_b", False)),
-            scale=scale, scale_mode=scale_mode, mask=mask, output=second.outputs[0], ops=tuple(chain)))
-        taken.update(chain)
-    return matches
+        probs_t = second.outputs[0]
+        second = only_reader(probs_t, _FLOATS)
+        if second is not None and second.kind == "Reorder" and second.outputs[0].dtype == probs_t.dtype:
+            chain.append(second.id)
+            probs_t = second.outputs[0]
+            second = only_reader(probs_t, _FLOATS)
+        if second is None or second.kind != "MatMul" or len(second.inputs) != 2 or \
+                second.inputs[1].id != probs_t.id or second.attrs.get("transpose_b") or \
+                len(known_shape(second.inputs[0])) < 2:
+            return None
+        transposed = True
+        value, value_transposed = second.inputs[0], not second.attrs.get("transpose_a", False)
+    elif second is None or second.kind != "MatMul" or len(second.inputs) != 2 or \
+            second.inputs[0].id != probs.id or second.attrs.get("transpose_a") or \
+            len(known_shape(second.inputs[1])) < 2:
+        return None
+    else:
+        value, value_transposed = second.inputs[1], bool(second.attrs.get("transpose_b", False))
+    chain.append(second.id)
+    tail, final = [], second.outputs[0]
+    while True:
+        step = only_reader(final, _FLOATS)
+        if step is None or step.kind not in _MOVES or len(step.inputs) != 1 or \
+                step.outputs[0].dtype != final.dtype:
+            break
+        tail.append(step)
+        chain.append(step.id)
+        final = step.outputs[0]
+    q, k = first.inputs
+    return SdpaMatch(
+        query=q, key=k, key_transposed=not first.attrs.get("transpose_b", False),
+        value=value, value_transposed=value_transposed, scale=sc.scale, scale_mode=sc.scale_mode,
+        mask=sc.mask, output=second.outputs[0], ops=tuple(chain), softcap=sc.softcap,
+        select_mask=sc.select_mask, fill=sc.fill, fill_if=sc.fill_if,
+        fill_before_scale=sc.fill_before_scale and sc.scale is not None, causal=sc.causal, stats=stats,
+        causal_add=sc.causal_add, causal_sub=sc.causal_sub,
+        output_transposed=transposed, tail=tuple(tail), final=final)
+
+
+def _score_step(step: Op, current: LogicalTensor, sc: _Scores) -> bool:
+    """Take ``step`` (the only reader of the scores ``current``) into ``sc``; False where it is
+    not a score op the kernel runs, or comes out of the kernel's order."""
+    shape = known_shape(current)
+    if step.kind in ("Multiply", "Divide") and len(step.inputs) == 2:
+        at = [lt.id for lt in step.inputs].index(current.id)
+        other = step.inputs[1 - at]
+        if not _one_element(other) or other.id == current.id or (step.kind == "Divide" and at != 0):
+            return False
+        if sc.tanh:  # the cap after the Tanh
+            if step.kind != "Multiply":
+                return False
+            sc.softcap, sc.tanh = other, False
+            return True
+        if sc.scale is not None or sc.softcap is not None or sc.mask is not None or \
+                (sc.select_mask is not None and not sc.fill_before_scale):
+            return False
+        sc.scale, sc.scale_mode = other, "multiply" if step.kind == "Multiply" else "divide"
+        return True
+    if step.kind == "Tanh":
+        if sc.softcap is not None or sc.tanh or sc.select_mask is not None or sc.mask is not None:
+            return False
+        sc.tanh = True
+        return True
+    if step.kind == "Select" and len(step.inputs) == 3:
+        cond = step.inputs[0]
+        if cond.id == current.id or cond.dtype != "boolean" or not _broadcasts(known_shape(cond), shape):
+            return False
+        if step.inputs[1].id == current.id:
+            fill, fill_if = step.inputs[2], False
+        elif step.inputs[2].id == current.id:
+            fill, fill_if = step.inputs[1], True
+        else:
+            return False
+        if sc.select_mask is not None or sc.mask is not None or sc.tanh or fill.id == current.id or \
+                not _one_element(fill) or fill.dtype not in _FLOATS or known_shape(step.outputs[0]) != shape:
+            return False
+        sc.select_mask, sc.fill, sc.fill_if = cond, fill, fill_if
+        sc.fill_before_scale = sc.scale is None
+        return True
+    if step.kind == "Add" and len(step.inputs) == 2 and known_shape(step.outputs[0]) == shape:
+        other = step.inputs[1] if step.inputs[0].id == current.id else step.inputs[0]
+        if other.id == current.id or other.dtype not in _FLOATS or sc.mask is not None or sc.tanh or \
+                not _broadcasts(known_shape(other), shape):
+            return False
+        sc.mask = other
+        return True
+    return False
+
+
+def _causal_select(scores: LogicalTensor, readers, output_ids):
+    """``(op ids, fill, masked scores)`` where ``scores`` is read by exactly GenIndex(-2),
+    GenIndex(-1) and a Select of their GreaterEqual (the implicit top-left causal mask), else None."""
+    found = readers.get(scores.id, [])
+    if scores.id in output_ids or scores.dtype != "f32" or len(found) != 3:
+        return None
+    rank = len(known_shape(scores))
+    gens = {op.attrs.get("axis", 0) % rank: op for op in found if op.kind == "GenIndex"}
+    select = [op for op in found if op.kind == "Select"]
+    if set(gens) != {rank - 2, rank - 1} or len(select) != 1:
+        return None
+    select = select[0]
+    row, col = gens[rank - 2].outputs[0], gens[rank - 1].outputs[0]
+    # bottom-right: the row index shifted by Add(row, Skv) and Subtract(·, Sq), one-element s32
+    # inputs (host scalars in oneDNN's graphs) the kernel reads at run time
+    shift, shift_ops = {}, []
+    for kind in ("Add", "Subtract"):
+        found_shift = readers.get(row.id, [])
+        if row.id in output_ids or len(found_shift) != 1 or found_shift[0].kind != kind:
+            continue
+        op = found_shift[0]
+        at = [lt.id for lt in op.inputs].index(row.id)
+        other = op.inputs[1 - at] if len(op.inputs) == 2 else None
+        if other is None or (kind == "Subtract" and at != 0) or other.dtype != "s32" or not _one_element(other) or \
+                op.outputs[0].dtype != "s32":
+            return None
+        shift["causal_add" if kind == "Add" else "causal_sub"] = other
+        shift_ops.append(op.id)
+        row = op.outputs[0]
+    ge_readers = [readers.get(row.id, []), readers.get(col.id, [])]
+    if any(len(r) != 1 or r[0].kind != "GreaterEqual" for r in ge_readers) or ge_readers[0][0] is not ge_readers[1][0]:
+        return None
+    ge = ge_readers[0][0]
+    if [lt.id for lt in ge.inputs] != [row.id, col.id] or {row.id, col.id} & output_ids:
+        return None
+    cond = ge.outputs[0]
+    if cond.id in output_ids or [op.id for op in readers.get(cond.id, [])] != [select.id]:
+        return None
+    if len(select.inputs) != 3 or select.inputs[0].id != cond.id or select.inputs[1].id != scores.id:
+        return None
+    fill = select.inputs[2]
+    if not _one_element(fill) or fill.dtype not in _FLOATS or known_shape(select.outputs[0]) != known_shape(scores):
+        return None
+    ids = (gens[rank - 2].id, *shift_ops, gens[rank - 1].id, ge.id, select.id)
+    return ids, fill, select.outputs[0], shift
+
+
+def _swaps_last_two(order, rank: int) -> bool:
+    if order is None or len(order) != rank:
+        return False
+    return [o % rank for o in order] == list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(shape[::-1], to[::-1]))
+
+
+def _one_element(lt: LogicalTensor) -> bool:
+    return lt.shape is not None and _numel(lt.shape) == 1
 
 
 def _numel(shape) -> int:
