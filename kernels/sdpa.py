@@ -721,6 +721,21 @@ def gpu_split_shape(sq: int, skv: int, d: int, dv: int, config: KernelConfig) ->
     return t, bk, local
 
 
+def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig) -> bool:
+    """Whether this kernel is the faster way to run an attention of these sizes on ``config``
+    (the graph lowering runs the ops one by one where it is not).
+
+    On CPUs it always is (PoCL, ``benchmarks/bench_graph.py``: 1.2-3.2x the op-by-op path on
+    the CI set's attention graphs). On the GPU configuration only the split kernel is: the one
+    row per work-item kernel that takes D + Dv > 192 keeps q and O in private arrays that spill,
+    and leaves most of the device idle on short queries. H100, ``bench_graph.py --engine
+    gpu:0``, wall time per run fused / op by op at D = 256: gemma2 3458 / 228 µs, codegemma
+    2818 / 257, MHA-GPT 706 / 231; with the split kernel (D = 64) 1.2-3.0x faster fused."""
+    if config.vector_width != 1:
+        return True
+    return gpu_split_shape(sq, skv, d, dv, config) is not None
+
+
 def _split_local_floats(t: int, bk: int, local: int, d: int, dv: int) -> int:
     """Floats of the split kernel's __local buffer: the K and V tiles, reused to stage Q and to
     merge the T states of each row."""

@@ -21,6 +21,7 @@ from .._values._errors import (
     UnsupportedError,
 )
 from .._values._memory_desc import MemoryDesc
+from ..kernels import sdpa as sdpa_kernel
 from ._fusion import find_chains
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
@@ -469,6 +470,15 @@ def _without_empty_work(ops: list[Op], next_id: int) -> tuple[list[Op], list[tup
     return kept, constants
 
 
+def _fusion_pays(match, engine: Engine) -> bool:
+    """Whether the fused attention kernel beats the ops one by one for this match's sizes on the
+    engine's kernel configuration (``kernels.sdpa.fusion_pays``)."""
+    q, v = known_shape(match.query), known_shape(match.value)
+    sq, d = q[-2], q[-1]
+    skv, dv = (v[-1], v[-2]) if match.value_transposed else (v[-2], v[-1])
+    return sdpa_kernel.fusion_pays(sq, skv, d, dv, engine._config)
+
+
 async def compile_partition(partition: Partition, engine: Engine, inputs: list[LogicalTensor],
                             outputs: list[LogicalTensor], shapes: dict, *,
                             fuse: bool = True) -> CompiledPartition:
@@ -486,7 +496,8 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs)
     output_ids = {lt.id for lt in outputs}
     # Lowered where its last op was: every input (V, the mask) exists by then.
-    attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)} if fuse else {}
+    attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)
+                 if _fusion_pays(m, engine)} if fuse else {}
     in_attention = {op_id for m in attention.values() for op_id in m.ops}
     rest = [op for op in shaped_ops if op.id not in in_attention]
     chains = find_chains(rest, output_ids) if fuse else {}
