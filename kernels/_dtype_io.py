@@ -15,6 +15,16 @@ destination type's conversion:
   (written out: PoCL keeps the built-in as a call).
 * boolean (oneDNN Graph's, one byte): loads give 1.0 for any nonzero byte, 0.0 otherwise; stores
   write ``value != 0`` as 1 or 0 (NaN is nonzero: 1).
+* f8_e4m3, f8_e5m2 (one ``uchar`` bit pattern): loads are exact; stores are oneDNN's
+  non-saturating f32 conversion (``triodnn._values._float8``, whose numpy code runs the same bit
+  arithmetic): round to nearest even once, f32 subnormals read as zero, e4m3 overflow and
+  infinities become NaN, e5m2 overflow infinity.
+* s4, u4 (``PACKED``: two a byte, the even element in the low nibble, ``triodnn._values._int4``):
+  loads pick the nibble (s4 sign-extended); stores round to nearest even and saturate like the
+  other integers, then clear and set their nibble with ``atomic_and``/``atomic_or`` on its
+  32-bit word, so two work-items storing the two halves of one byte lose nothing (the buffer is
+  whole words). They are not in ``DTYPES``: kernels that address elements by pointer arithmetic
+  would get them wrong, so only kinds written for them (reorder) take them.
 
 Every generator converts through these helpers: eltwise, binary, sum, concat, matmul, softmax,
 reduction, pooling, the normalizations, convolution and reorder (whose conversions they once
@@ -27,23 +37,27 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .._values import _float8
+from .._values._float8 import FORMATS as _F8
 from . import _post_ops
 from ._elementwise import widen as widen
 from ._spec import c_float
 
-DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean", "s64")
+DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "s32", "s8", "u8", "boolean", "s64", "f8_e4m3", "f8_e5m2")
+PACKED: tuple[str, ...] = ("s4", "u4")
 
 # OpenCL type a kernel parameter of each data type points to. A ``half`` pointer is legal without
 # cl_khr_fp16 as long as only vload_half/vstore_half dereference it.
 STORAGE: dict[str, str] = {
     "f32": "float", "f16": "half", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
-    "boolean": "uchar", "s64": "long",
+    "boolean": "uchar", "s64": "long", "f8_e4m3": "uchar", "f8_e5m2": "uchar", "s4": "uchar",
+    "u4": "uchar",
 }
 
 # OpenCL type that moves a stored value's bits unchanged (a copy between tensors of one type).
 BITS: dict[str, str] = {
     "f32": "float", "f16": "ushort", "bf16": "ushort", "s32": "int", "s8": "char", "u8": "uchar",
-    "boolean": "uchar", "s64": "long",
+    "boolean": "uchar", "s64": "long", "f8_e4m3": "uchar", "f8_e5m2": "uchar",
 }
 
 # Relative rounding a store into the type may add on top of an f32 result (its machine epsilon,
@@ -52,13 +66,14 @@ BITS: dict[str, str] = {
 # away from rounding ties.
 EPSILON: dict[str, float] = {
     "f32": 0.0, "f16": 2.0**-10, "bf16": 2.0**-7, "s32": 0.0, "s8": 0.0, "u8": 0.0, "boolean": 0.0,
-    "s64": 0.0,
+    "s64": 0.0, "f8_e4m3": 2.0**-3, "f8_e5m2": 2.0**-2, "s4": 0.0, "u4": 0.0,
 }
 
 # The numpy type of each data type's user-facing values (bf16 reads back as float32).
 USER_NUMPY: dict[str, type] = {
     "f32": np.float32, "f16": np.float16, "bf16": np.float32, "s32": np.int32, "s8": np.int8,
-    "u8": np.uint8, "boolean": np.bool_, "s64": np.int64,
+    "u8": np.uint8, "boolean": np.bool_, "s64": np.int64, "f8_e4m3": np.float32, "f8_e5m2": np.float32,
+    "s4": np.int8, "u4": np.uint8,
 }
 
 # Saturation bounds of the integer types: (lowest as float, highest as float, C lowest, C highest).
@@ -69,14 +84,17 @@ _INT_RANGE = {
     "s32": (-(2.0**31), 2.0**31, "(-2147483647 - 1)", "2147483647"),
     "s8": (-128.0, 127.0, "(-128)", "127"),
     "u8": (0.0, 255.0, "0", "255"),
+    "s4": (-8.0, 7.0, "(-8)", "7"),
+    "u4": (0.0, 15.0, "0", "15"),
 }
 
 _IS_NAN = "((as_uint(x) & 0x7fffffffu) > 0x7f800000u)"  # bit test: no built-in call, no fast-math doubt
 
 
-def check_dtype(name: str, dtype: str) -> None:
-    """ValueError unless ``dtype`` is one these helpers load and store."""
-    if dtype not in DTYPES:
+def check_dtype(name: str, dtype: str, *, packed: bool = False) -> None:
+    """ValueError unless ``dtype`` is one these helpers load and store (s4/u4 only where the
+    caller says it takes ``packed`` types)."""
+    if dtype not in DTYPES and not (packed and dtype in PACKED):
         raise ValueError(f"{name} dtype {dtype!r} is not a storage type; known: {', '.join(DTYPES)}")
 
 
@@ -93,6 +111,11 @@ def _load_function(dtype: str) -> str:
         expr = "as_float((uint)p[off] << 16)"
     elif dtype == "boolean":
         expr = "p[off] ? 1.0f : 0.0f"  # any nonzero byte is true, whoever wrote it
+    elif dtype in _F8:
+        return _f8_load_function(dtype)
+    elif dtype in PACKED:
+        nibble = "(int)((p[off >> 1] >> ((uint)(off & 1UL) * 4u)) & 0xfu)"
+        expr = f"(float)(({nibble} ^ 8) - 8)" if dtype == "s4" else f"(float){nibble}"
     else:
         expr = "(float)p[off]"  # int -> float rounds to nearest even
     return f"static inline float load_{dtype}(__global const {t}* p, const ulong off) {{ return {expr}; }}\n"
@@ -109,6 +132,16 @@ def _store_function(dtype: str) -> str:
         )
     elif dtype == "boolean":
         body = "p[off] = x != 0.0f ? (uchar)1 : (uchar)0;"
+    elif dtype in _F8:
+        return _f8_store_function(dtype)
+    elif dtype in PACKED:
+        lo, hi, c_lo, c_hi = _INT_RANGE[dtype]
+        body = (
+            f"const int v = {_IS_NAN} ? 0 : (x <= {c_float(lo)} ? {c_lo} : (x >= {c_float(hi)} ? {c_hi} : (int)rint(x)));"
+            " const uint shift = (uint)(off & 7UL) * 4u;"
+            " volatile __global uint* w = (volatile __global uint*)p + (off >> 3);"
+            " atomic_and(w, ~(0xfu << shift)); atomic_or(w, ((uint)v & 0xfu) << shift);"
+        )
     else:
         lo, hi, c_lo, c_hi = _INT_RANGE[dtype]
         body = (
@@ -119,14 +152,50 @@ def _store_function(dtype: str) -> str:
     return f"static inline void store_{dtype}(__global {t}* p, const ulong off, const float x) {{ {body} }}\n"
 
 
+def _f8_load_function(dtype: str) -> str:
+    fmt = _F8[dtype]
+    m, bias = fmt.mantissa_bits, fmt.bias
+    # Bit patterns, not NAN/INFINITY: no fast-math build option can fold them away.
+    nan, inf = "as_float(0x7fc00000u)", "as_float(0x7f800000u)"
+    special = f"(c & 0x7fu) == 0x7fu ? {nan}" if dtype == "f8_e4m3" else f"e == 0x1fu ? (f ? {nan} : {inf})"
+    # Normal codes rebias into f32 bits; subnormals are f * 2**(1 - bias - m), exact in float.
+    return (
+        f"static inline float load_{dtype}(__global const uchar* p, const ulong off) {{"
+        f" const uint c = p[off]; const uint e = (c >> {m}) & {(1 << fmt.exponent_bits) - 1}u;"
+        f" const uint f = c & {(1 << m) - 1}u;"
+        f" const float v = {special}"
+        f" : (e ? as_float(((e + {127 - bias}u) << 23) | (f << {23 - m})) : (float)f * {c_float(2.0 ** (1 - bias - m))});"
+        f" return (c & 0x80u) ? -v : v; }}\n"
+    )
+
+
+def _f8_store_function(dtype: str) -> str:
+    fmt = _F8[dtype]
+    m, bias = fmt.mantissa_bits, fmt.bias
+    shift, rebias = 23 - m, 127 - bias
+    nan = "0x7fu" if dtype == "f8_e4m3" else "(0x7cu | ((((a & 0x7fffffu) | 0x400000u) >> 21) & 3u))"
+    # The same steps as ``_float8.encode``: NaN, f32 subnormal (DAZ), f8 subnormal (scaled into
+    # [0, 2**m] exactly, rint rounds half to even), normal (round the bits to nearest even).
+    return (
+        f"static inline void store_{dtype}(__global uchar* p, const ulong off, const float x) {{"
+        f" const uint b = as_uint(x); const uint a = b & 0x7fffffffu; const uint e = a >> 23; uint c;"
+        f" if (a > 0x7f800000u) c = {nan};"
+        f" else if (e == 0u) c = 0u;"
+        f" else if (e <= {rebias}u) c = (uint)rint(as_float(a) * {c_float(2.0 ** (bias + m - 1))});"
+        f" else {{ const uint r = (a + {(1 << (shift - 1)) - 1}u + ((a >> {shift}) & 1u)) >> {shift};"
+        f" c = r > {(rebias << m) + fmt.max_code}u ? {fmt.overflow_code}u : r - {rebias << m}u; }}"
+        f" p[off] = (uchar)(c | ((b >> 24) & 0x80u)); }}\n"
+    )
+
+
 def functions(loads: Iterable[str] = (), stores: Iterable[str] = ()) -> str:
     """Definitions of the helpers that ``load`` and ``store`` call for these data types, each once
     and in a fixed order (the source, and so the program binary, depends only on the set). f32
     needs none: its loads and stores are plain accesses."""
     loads, stores = set(loads), set(stores)
     return "".join(
-        [_load_function(t) for t in DTYPES if t in loads and t != "f32"]
-        + [_store_function(t) for t in DTYPES if t in stores and t != "f32"]
+        [_load_function(t) for t in (*DTYPES, *PACKED) if t in loads and t != "f32"]
+        + [_store_function(t) for t in (*DTYPES, *PACKED) if t in stores and t != "f32"]
     )
 
 
@@ -218,7 +287,7 @@ def _to_bf16_values(x: np.ndarray) -> np.ndarray:
 def store_reference(values, dtype: str) -> np.ndarray:
     """float32 results ``values`` narrowed as the kernels' stores narrow them; returns user-facing
     values of ``dtype`` (bf16 as float32, boolean as bool)."""
-    check_dtype("dst", dtype)
+    check_dtype("dst", dtype, packed=True)
     x = np.asarray(values, dtype=np.float32)
     with np.errstate(all="ignore"):
         if dtype == "f32":
@@ -229,6 +298,8 @@ def store_reference(values, dtype: str) -> np.ndarray:
             return _to_bf16_values(x)
         if dtype == "boolean":
             return x != 0  # NaN != 0: true, as the kernel's store
+        if dtype in _F8:
+            return _float8.decode(_float8.encode(x, dtype), dtype)
         lo, hi, _, _ = _INT_RANGE[dtype]
         numpy_type = USER_NUMPY[dtype]
         info = np.iinfo(numpy_type)

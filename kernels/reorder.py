@@ -34,7 +34,9 @@ from . import _dtype_io
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
-DTYPES: tuple[str, ...] = _dtype_io.DTYPES
+# s4/u4 too: every element is its own work-item's load and store (``_dtype_io``'s packed stores
+# keep neighbouring nibbles intact), never a flat copy of elements as bytes.
+DTYPES: tuple[str, ...] = (*_dtype_io.DTYPES, *_dtype_io.PACKED)
 
 # OpenCL type that moves a stored value's bits unchanged: ``_dtype_io.BITS``, but f32 copies as
 # uint, so no float load or store can touch a NaN payload.
@@ -55,7 +57,7 @@ def generate(desc: ReorderDesc, config: KernelConfig) -> KernelSpec:
     dst_dtype, dst_strides = desc.dst.dtype, desc.dst.strides
     n = math.prod(dims)
     local = config.local_size
-    same_type = src_dtype == dst_dtype
+    same_type = src_dtype == dst_dtype and src_dtype not in _dtype_io.PACKED
     helpers = ""
     if same_type and src_strides == dst_strides and is_dense(dims, src_strides):
         bits = _BITS[src_dtype]
@@ -112,7 +114,7 @@ def reference(src: np.ndarray, src_dtype: str, dst_dtype: str) -> np.ndarray:
     _check_dtype("dst", dst_dtype)
     src = np.asarray(src)
     if src_dtype == dst_dtype:
-        return src.copy()
+        return src.copy()  # s4/u4 too: their values are exact through f32
     # Every source value is exact in f32 once widened (s32 rounds through f32, as the kernel).
     return _dtype_io.store_reference(_dtype_io.widen(src).astype(np.float32), dst_dtype)
 

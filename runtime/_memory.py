@@ -9,7 +9,8 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
-from ._values._dtypes import convert_input, from_storage
+from ._values import _int4
+from ._values._dtypes import PACKED_TYPES, convert_input, from_storage, stored_as_bits
 from ._values._errors import ArgumentMismatchError, ClosedError
 from ._values._memory_desc import MemoryDesc, strides_for_tag
 
@@ -93,6 +94,10 @@ class Memory:
 
     async def to_numpy(self, *, deps=()) -> np.ndarray:
         """A new array with this memory's contents, after ``deps`` complete."""
+        if self.desc.dtype in PACKED_TYPES:  # the buffer's nibbles, unpacked to one a value
+            packed = np.empty(self.desc.nbytes, dtype=np.uint8)
+            await self.engine._host_stream._read_raw(self, packed, deps)
+            return unstage(self.desc, _int4.unpack(packed, self.desc.span, self.desc.dtype))
         staging = np.empty(self.desc.span, dtype=self.desc.numpy_dtype)
         await self.engine._host_stream._read_raw(self, staging, deps)
         return from_storage(unstage(self.desc, staging), self.desc.dtype)
@@ -104,8 +109,8 @@ def _is_row_major(desc: MemoryDesc) -> bool:
 
 def _reads_directly(desc: MemoryDesc) -> bool:
     """Whether ``Stream.read`` copies memory of ``desc`` straight into a numpy array: row-major
-    and of a numpy dtype (bf16 needs ``to_numpy``'s conversion)."""
-    return _is_row_major(desc) and desc.dtype != "bf16"
+    and of a numpy dtype (bf16 and the f8 types need ``to_numpy``'s conversion)."""
+    return _is_row_major(desc) and not stored_as_bits(desc.dtype)
 
 
 def stage(desc: MemoryDesc, array, what: str | None = None) -> np.ndarray:
@@ -119,13 +124,15 @@ def stage(desc: MemoryDesc, array, what: str | None = None) -> np.ndarray:
             f"array has shape {array.shape}; memory {desc} expects dims {desc.dims}"
         )
     values = convert_input(array, desc.dtype, what or f"array for memory {desc}")
-    if _is_row_major(desc):
+    if _is_row_major(desc) and desc.dtype not in PACKED_TYPES:
         return np.ascontiguousarray(values).reshape(-1)
     staging = np.zeros(desc.span, dtype=desc.numpy_dtype)
     view = np.lib.stride_tricks.as_strided(
         staging, desc.dims, tuple(s * desc.itemsize for s in desc.strides)
     )
     view[...] = values
+    if desc.dtype in PACKED_TYPES:  # one value a host byte -> two a device byte
+        return _int4.pack(staging, desc.nbytes)
     return staging
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._dtypes import data_type, dtype_of_numpy
 from ._errors import InvalidArgumentError
+from ._int4 import packed_nbytes
 
 MAX_NDIMS = 12  # oneDNN's DNNL_MAX_NDIMS
 
@@ -136,7 +137,9 @@ class MemoryDesc:
 
     @property
     def nbytes(self) -> int:
-        """Bytes a buffer needs to hold this tensor."""
+        """Bytes a buffer needs to hold this tensor (s4/u4: packed, in whole words, ``_int4``)."""
+        if data_type(self.dtype).packed:
+            return packed_nbytes(self.span)
         return self.span * self.itemsize
 
     @property

@@ -27,8 +27,10 @@ from ._dtypes import DATA_TYPES
 from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
 
-# Every storage type a kernel can load and store ("f32 math, any storage").
-ANY_STORAGE: tuple[str, ...] = tuple(DATA_TYPES)
+# Every storage type a kernel can load and store ("f32 math, any storage"); s4/u4, packed two a
+# byte, only where a kind says so (reorder): kernels addressing elements by pointer can't.
+ANY_STORAGE: tuple[str, ...] = tuple(name for name, info in DATA_TYPES.items() if not info.packed)
+WITH_PACKED: tuple[str, ...] = tuple(DATA_TYPES)
 F32: tuple[str, ...] = ("f32",)
 
 

@@ -8,7 +8,7 @@ import attrs
 from ._errors import ArgumentMismatchError
 from ._keys import EngineIdentity
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, memory_desc, op_kind
+from ._op_desc import WITH_PACKED, Arg, OpDesc, memory_desc, op_kind
 
 
 @op_kind
@@ -29,7 +29,7 @@ class ReorderDesc(OpDesc):
     dst: MemoryDesc = attrs.field(validator=memory_desc("dst"))
 
     kind = "reorder"
-    ARGS = (Arg("src"), Arg("dst", output=True))
+    ARGS = (Arg("src", dtypes=WITH_PACKED), Arg("dst", output=True, dtypes=WITH_PACKED))
 
     def __attrs_post_init__(self) -> None:
         if self.dst.dims != self.src.dims:

@@ -16,6 +16,7 @@ import attrs
 
 from .._values._dtypes import DATA_TYPES
 from .._values._errors import InvalidArgumentError
+from .._values._int4 import PACKED, packed_nbytes
 from .._values._memory_desc import MemoryDesc
 
 UNKNOWN_DIM = -1
@@ -156,6 +157,8 @@ class LogicalTensor:
             return 0
         strides = self.strides if self.layout_type == "strided" and self.strides else dense_strides(shape)
         span = 1 + sum((d - 1) * abs(s) for d, s in zip(shape, strides))
+        if self.dtype in PACKED:  # s4/u4: two a byte, in whole words (MemoryDesc.nbytes)
+            return packed_nbytes(span)
         return span * _ITEMSIZE[self.dtype]
 
     @property

@@ -326,11 +326,11 @@ async def test_triodnn_gaps_are_unimplemented_and_unknown_kinds_invalid(engine, 
     path = tmp_path / "g.json"
     path.write_text(json.dumps({"graph": [
         _op(0, "Dropout", [_lt(0, (2, 2)), _lt(1, (), "s64", "host_scalar")], [_lt(2, (2, 2))]),
-        _op(1, "Abs", [_lt(2, (2, 2))], [_lt(3, (2, 2), "f8_e4m3")])]}))
+        _op(1, "Abs", [_lt(2, (2, 2))], [_lt(3, (2, 2), "f4_e2m1")])]}))
     result = await run_benchdnn(Run("g.json", path), engine=engine)
-    # s64 and host_scalar are implemented: only the op kind and f8 remain triodnn's gaps.
+    # s64, host_scalar and f8 are implemented: only the op kind and f4 remain triodnn's gaps.
     assert (result.status, result.message) == ("UNIMPLEMENTED", (
-        "op kind Dropout is not implemented; data type f8_e4m3 is not implemented"))
+        "op kind Dropout is not implemented; data type f4_e2m1 is not implemented"))
     result = await run_benchdnn(Run("g.json", path, op_kind="0:Frobnicate", dt="1:f32+3:f32",
                                     tensor_property="1:undef"), engine=engine)
     assert result.status == "INVALID_ARGUMENTS" and "Frobnicate" in result.message

@@ -47,6 +47,11 @@ _SPECIAL = {
     "u8": [0, 1, 127, 128, 200, 254, 255],
     "boolean": [False, True, True, False],
     "s64": [0, 1, -1, 2**24 + 1, -(2**24 + 3), 2**31, -(2**31) - 1, 2**40 + 1, 2**62, -(2**63)],
+    # f8 ties, overflow to NaN (e4m3) or infinity (e5m2), subnormals: test_low_precision_types.
+    "f8_e4m3": [0.0, -0.0, 448.0, -448.0, 464.0, 2.0**-9, 1.5 * 2.0**-9, 1.0625, np.nan],
+    "f8_e5m2": [0.0, -0.0, 57344.0, -57344.0, 61440.0, 2.0**-16, 1.125, np.nan, np.inf, -np.inf],
+    "s4": [-8, -7, -1, 0, 1, 6, 7],  # packed two a byte: test_low_precision_types
+    "u4": [0, 1, 7, 8, 14, 15],
 }
 
 
@@ -57,12 +62,14 @@ def source_values(rng, dtype: str, shape=SHAPE) -> np.ndarray:
     if dtype == "boolean":
         values = np.concatenate([np.array(special, dtype=np.bool_), rng.random(n) < 0.5])[:n]
         return values.reshape(shape)
-    if dtype in ("f32", "f16", "bf16"):
+    if dtype in ("f32", "f16", "bf16", "f8_e4m3", "f8_e5m2"):
         fill = (rng.standard_normal(n) * 100).astype(np.float32)
         numpy_type = np.float16 if dtype == "f16" else np.float32
     else:
-        info = np.iinfo({"s32": np.int32, "s8": np.int8, "u8": np.uint8, "s64": np.int64}[dtype])
-        fill = rng.integers(info.min, info.max, n, endpoint=True)
+        info = np.iinfo({"s32": np.int32, "s8": np.int8, "u8": np.uint8, "s64": np.int64,
+                         "s4": np.int8, "u4": np.uint8}[dtype])
+        low, high = {"s4": (-8, 7), "u4": (0, 15)}.get(dtype, (info.min, info.max))
+        fill = rng.integers(low, high, n, endpoint=True)
         numpy_type = info.dtype
     with np.errstate(over="ignore"):
         values = np.concatenate([np.array(special, dtype=np.float64), fill.astype(np.float64)])[:n]
@@ -88,7 +95,7 @@ def assert_same(got: np.ndarray, want: np.ndarray) -> None:
 
 
 def user_dtype(dtype: str) -> np.dtype:
-    return np.dtype(np.float32) if dtype == "bf16" else MemoryDesc((1,), dtype).numpy_dtype
+    return np.dtype(np.float32) if dtype in ("bf16", "f8_e4m3", "f8_e5m2") else MemoryDesc((1,), dtype).numpy_dtype
 
 
 @pytest.mark.parametrize("src_dtype", DTYPES)
@@ -105,7 +112,9 @@ async def test_every_dtype_pair(engine, rng, build, src_dtype):
             assert_same(got, want)
         except AssertionError as exc:
             raise AssertionError(f"{src_dtype} -> {dst_dtype}: {exc}") from None
-        expected_path = "ocl:copy:" if dst_dtype == src_dtype else "ocl:convert:"
+        # s4/u4 never copy bytes: each element is loaded and stored (packed nibbles).
+        copies = dst_dtype == src_dtype and src_dtype not in ("s4", "u4")
+        expected_path = "ocl:copy:" if copies else "ocl:convert:"
         assert prims[dst_dtype].impl.startswith(expected_path)
 
 
@@ -153,7 +162,7 @@ async def test_layout_changes(engine, rng, dims, src_layout, dst_layout, src_dty
     stored, got = await run_reorder(engine, desc, source_values(rng, src_dtype, dims))
     assert_same(got, reorder.reference(stored, src_dtype, dst_dtype))
     primitive = await engine.create_primitive(desc)
-    if src_dtype != dst_dtype:
+    if src_dtype != dst_dtype or src_dtype in ("s4", "u4"):
         assert primitive.impl.startswith("ocl:convert:")
     elif desc.src.strides == desc.dst.strides and desc.src.is_dense:
         assert primitive.impl.startswith("ocl:copy:")
@@ -161,7 +170,7 @@ async def test_layout_changes(engine, rng, dims, src_layout, dst_layout, src_dty
         assert primitive.impl.startswith("ocl:strided:")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d not in ("s4", "u4")])  # packed: no copy
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 async def test_copy_path(engine, rng, dtype, layout):
     """Same data type and dense layout on both sides: a flat copy of the stored bits."""
