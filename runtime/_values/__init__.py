@@ -8,6 +8,7 @@ from ._binary_desc import BinaryDesc as BinaryDesc
 from ._concat_desc import ConcatDesc as ConcatDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
 from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
+from ._dynamic_quantize_desc import DynamicQuantizeDesc as DynamicQuantizeDesc
 from ._eltwise_desc import EltwiseDesc as EltwiseDesc
 from ._errors import ArgumentMismatchError as ArgumentMismatchError
 from ._errors import BuildError as BuildError
@@ -43,6 +44,7 @@ from ._op_desc import OpDesc as OpDesc
 from ._op_desc import op_kind as op_kind
 from ._pooling_desc import PoolingDesc as PoolingDesc
 from ._prelu_desc import PreluDesc as PreluDesc
+from ._quantize_desc import QuantizeDesc as QuantizeDesc
 from ._reduction_desc import ReductionDesc as ReductionDesc
 from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc

@@ -22,6 +22,7 @@ from .._values import (
     ConcatDesc,
     ConvolutionDesc,
     DeconvolutionDesc,
+    DynamicQuantizeDesc,
     EltwiseDesc,
     GenIndexDesc,
     GroupNormDesc,
@@ -29,6 +30,7 @@ from .._values import (
     MatmulDesc,
     PoolingDesc,
     PreluDesc,
+    QuantizeDesc,
     ReductionDesc,
     ReorderDesc,
     ResamplingDesc,
@@ -43,7 +45,12 @@ from .._values._op_desc import OpDesc
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape, storage_dtype
 from ._op import Op
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
-from ._shape_inference import conv_transpose_geometry, conv_transpose_weights_order, prelu_slope_shape
+from ._shape_inference import (
+    conv_transpose_geometry,
+    conv_transpose_weights_order,
+    prelu_slope_shape,
+    quantization_groups,
+)
 
 
 @attrs.frozen
@@ -652,6 +659,36 @@ def _lower_reduce(b: Builder, op: Op) -> None:
 # -- data movement ---------------------------------------------------------------------------
 
 
+def _lower_quantize(b: Builder, op: Op) -> None:
+    a = op.attrs
+    axis = a["axis"] if a["qtype"] == "per_channel" else None
+    alg = op.kind.lower()
+    b.run(op, lambda src, dst: QuantizeDesc(alg, src, dst, scales=a["scales"], zps=a["zps"], axis=axis),
+          {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+
+
+def _lower_dynamic_quantize(b: Builder, op: Op) -> None:
+    src = b.view(op.inputs[0])
+    group = quantization_groups(op.kind, op.attrs, src.desc.dims, known_shape(op.inputs[1]))
+    placed = tuple(d // g for d, g in zip(src.desc.dims, group))
+
+    def at_src_rank(lt: LogicalTensor) -> View:
+        # One scale, one per channel, or per group (src's rank already): the same elements in
+        # order, seen with src's rank (a view); dims of 1 take any stride.
+        view = b.view(lt)
+        if view.desc.dims == placed:
+            return view
+        step = view.desc.strides[-1] if view.desc.ndims else 1
+        return View(view.slot, MemoryDesc(placed, view.desc.dtype, tuple(step for _ in placed)))
+
+    inputs = {"src": src, "scales": at_src_rank(op.inputs[1])}
+    if len(op.inputs) > 2:
+        inputs["zps"] = at_src_rank(op.inputs[2])
+    alg = op.kind[len("Dynamic"):].lower()
+    b.run(op, lambda src, scales, dst, zps=None: DynamicQuantizeDesc(alg, src, scales, dst, group, zps),
+          inputs, {"dst": b.output(op.outputs[0])})
+
+
 def _lower_reorder(b: Builder, op: Op) -> None:
     src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
     b.copy(src, dst, op.id)
@@ -716,6 +753,10 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     "GroupNorm": _lower_group_norm,
     **{kind: _lower_reduce for kind in _REDUCE},
     "Reorder": _lower_reorder,
+    "Quantize": _lower_quantize,
+    "DynamicQuantize": _lower_dynamic_quantize,
+    "DynamicDequantize": _lower_dynamic_quantize,
+    "Dequantize": _lower_quantize,
     "TypeCast": _lower_reorder,
     "StaticReshape": _lower_reshape,
     "StaticTranspose": _lower_transpose,

@@ -103,6 +103,8 @@ COORDINATE_TRANSFORMATION_MODES = ("half_pixel", "align_corners")
 # Op-level accumulation mode (oneDNN's graph RFC "accumulation mode on op level", the values of
 # dnnl::accumulation_mode); set on MatMul and Convolution by recent serialized graphs.
 ACCUMULATION_MODES = ("strict", "relaxed", "any", "f32", "s32", "f16")
+QTYPES = ("per_tensor", "per_channel")
+DYNAMIC_QTYPES = (*QTYPES, "per_group")
 
 
 def _auto_broadcast() -> AttrSpec:
@@ -257,6 +259,20 @@ def _schemas() -> dict[str, OpSchema]:
             _data_format(),
         ]), "resampling", None, ("src", "sizes")),
         OpSchema("Reorder", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
+        # Static (de)quantization: scales and zero points are attributes (Quantize.md).
+        *(OpSchema(kind, (1, 1), (1, 1), _attr_map([
+            AttrSpec("qtype", "string", default="per_tensor", choices=QTYPES),
+            AttrSpec("axis", "s64", default=1),
+            AttrSpec("scales", "f32[]", required=True),
+            AttrSpec("zps", "s64[]", default=()),
+        ]), "quantize", kind.lower(), ("src",)) for kind in ("Quantize", "Dequantize")),
+        # Dynamic: scales (and zero points) are inputs; per_group scales have src's rank.
+        *(OpSchema(kind, (2, 3), (1, 1), _attr_map([
+            AttrSpec("qtype", "string", default="per_tensor", choices=DYNAMIC_QTYPES),
+            AttrSpec("axis", "s64", default=1),
+            AttrSpec("group_shape", "s64[]", minimum=1),
+        ]), "quantize", kind[len("Dynamic"):].lower(), ("src", "scales", "zps"))
+          for kind in ("DynamicQuantize", "DynamicDequantize")),
         OpSchema("TypeCast", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
         OpSchema("StaticReshape", (1, 1), (1, 1), _attr_map([
             AttrSpec("shape", "s64[]", required=True, minimum=-1),
@@ -299,10 +315,10 @@ RECOGNISED_NOT_RUN = (
     "AbsBackward", "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
     "BiasAddBackward", "ClampBackward", "ConvTransposeBackwardData",
     "ConvTransposeBackwardWeights", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
-    "Dequantize", "DynamicDequantize", "DynamicQuantize", "EluBackward", "GELUBackward",
+    "EluBackward", "GELUBackward",
     "HardSigmoidBackward", "HardSwishBackward", "InterpolateBackward",
     "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward", "MishBackward",
-    "PReLUBackward", "Quantize", "ReLUBackward", "SigmoidBackward", "SoftMaxBackward",
+    "PReLUBackward", "ReLUBackward", "SigmoidBackward", "SoftMaxBackward",
     "SoftPlusBackward", "SqrtBackward", "TanhBackward",
 )
 
@@ -477,6 +493,12 @@ def _check_cross_attrs(kind: str, attrs_: dict) -> None:
     if kind == "Interpolate" and bool(attrs_.get("sizes")) == bool(attrs_.get("scales")):
         raise _fail(kind, "exactly one of the attributes 'sizes' and 'scales' must be given "
                           f"(sizes {attrs_.get('sizes')}, scales {attrs_.get('scales')})")
+    if kind in ("Quantize", "Dequantize"):
+        scales, zps = attrs_["scales"], attrs_["zps"]
+        if attrs_["qtype"] == "per_tensor" and len(scales) != 1:
+            raise _fail(kind, f"per_tensor takes one scale, attribute 'scales' has {len(scales)}")
+        if zps and len(zps) != len(scales):
+            raise _fail(kind, f"attribute 'zps' has {len(zps)} entries, 'scales' {len(scales)}")
     if kind == "StaticReshape" and attrs_["shape"].count(-1) > 1:
         raise _fail(kind, f"attribute 'shape' {attrs_['shape']} has more than one -1")
     if kind == "StaticTranspose":

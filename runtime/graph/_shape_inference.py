@@ -54,6 +54,33 @@ def _to_shapes(kind: str, input_shapes) -> list[Shape]:
     return shapes
 
 
+def quantization_groups(kind: str, a: Mapping, src: Sequence[int], scales: Sequence[int]) -> tuple[int, ...]:
+    """The group shape of a dynamic (de)quantization (``DynamicQuantizeDesc.group_shape``: how
+    many src elements share a scale on each dim), from ``qtype``, ``axis`` and ``group_shape``,
+    checking the scales' shape: one element per tensor, one per channel along ``axis``, or src's
+    rank with each dim src's divided by the group's (DynamicDequantize.md)."""
+    src = tuple(int(d) for d in src)
+    scales = tuple(int(d) for d in scales)
+    if a["qtype"] == "per_tensor":
+        if math.prod(scales) != 1:
+            raise _error(kind, f"per_tensor takes one scale, scales have shape {_fmt(scales)}")
+        return src
+    if a["qtype"] == "per_channel":
+        axis = _normal_axis(kind, a["axis"], len(src))
+        if math.prod(scales) != src[axis]:
+            raise _error(kind, f"per_channel along axis {a['axis']} of {_fmt(src)} takes {src[axis]} scales, "
+                               f"got shape {_fmt(scales)}")
+        return tuple(1 if i == axis else d for i, d in enumerate(src))
+    group = tuple(a.get("group_shape") or ())
+    if len(scales) != len(src) or (group and len(group) != len(src)):
+        raise _error(kind, f"per_group scales {_fmt(scales)} and group_shape {list(group)} need src's rank {len(src)}")
+    if not group:
+        group = tuple(d // max(s, 1) for d, s in zip(src, scales))
+    if any(g < 1 or d % g or d // g != s for d, g, s in zip(src, group, scales)):
+        raise _error(kind, f"scales {_fmt(scales)} are not src {_fmt(src)} in groups of {list(group)}")
+    return group
+
+
 def _normal_axis(kind: str, axis: int, ndim: int, what: str = "axis") -> int:
     if not -ndim <= axis < max(ndim, 1) or ndim == 0:
         raise _error(kind, f"{what} {axis} is out of range for rank {ndim} (expected [{-ndim}, {ndim - 1}])")
@@ -608,6 +635,18 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return [shapes[0]]
     if kind == "GenIndex":
         _normal_axis(kind, a["axis"], len(shapes[0]))
+        return [shapes[0]]
+    if kind in ("DynamicQuantize", "DynamicDequantize"):
+        quantization_groups(kind, a, shapes[0], shapes[1])
+        if len(shapes) > 2 and tuple(shapes[2]) != tuple(shapes[1]) and math.prod(shapes[2]) != 1:
+            raise _error(kind, f"zps shape {_fmt(shapes[2])} differs from scales shape {_fmt(shapes[1])}")
+        return [shapes[0]]
+    if kind in ("Quantize", "Dequantize"):
+        if a["qtype"] == "per_channel":
+            axis = _normal_axis(kind, a["axis"], len(shapes[0]))
+            if shapes[0][axis] >= 0 and len(a["scales"]) != shapes[0][axis]:
+                raise _error(kind, f"{len(a['scales'])} scales for axis {a['axis']} of shape "
+                                   f"{_fmt(shapes[0])}: one per channel expected")
         return [shapes[0]]
     if category == "binary":
         if a["auto_broadcast"] == "none":

@@ -32,8 +32,9 @@ Rules, in order (the first that applies wins):
    Softmax sees differences of at most 8, far from exp's overflow.
 
 Every float value above is exact in bf16 and f16 (at most 8 significant bits, exponents in
-range), so one filling serves all three types. s32 and s64 tensors get integers in [-4, 4]
-(positive for divisors), s8 in [-4, 4], u8 in [0, 8].
+range), so one filling serves all three types; f8_e4m3 and f8_e5m2 tensors get the same values
+rounded to the type (4 and 3 significant bits), so they too are exact in it. s32 and s64 tensors get integers in [-4, 4]
+(positive for divisors), s8 and s4 in [-4, 4], u8 and u4 in [0, 8].
 
 ``tolerance`` gives the (rtol, atol) to compare a partition's output with the op-by-op
 reference: an element passes when ``|got - ref| <= atol + rtol * |ref|``.
@@ -46,6 +47,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
 from ..graph._op_schema import OP_SCHEMAS, schema_of
 from ..kernels import tolerance as kt
@@ -115,8 +117,14 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
         low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
         values = rng.integers(low, 5, size=shape)
         return values.astype({"s32": np.int32, "s8": np.int8, "s64": np.int64}[dtype])
-    if dtype == "u8":
+    if dtype in ("u8", "u4"):
         return rng.integers(0, 9, size=shape).astype(np.uint8)
+    if dtype == "s4":
+        low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
+        return rng.integers(low, 5, size=shape).astype(np.int8)
+    if dtype in ("f8_e4m3", "f8_e5m2"):
+        values = _float_values(shape, consumers, rng, role).astype(np.float32)
+        return from_storage(to_storage(values, dtype), dtype).reshape(shape)
     if dtype not in ("f32", "f16", "bf16"):
         raise InvalidArgumentError(f"cannot fill data type {dtype!r}")
     return _float_values(shape, consumers, rng, role).astype(np.float32)
@@ -198,7 +206,7 @@ _ACCUMULATING_KINDS = frozenset({
 # (8 significant bits) and 2^-10 for f16 (11 bits). Half an ulp is the rounding error of the
 # reference itself; a full ulp lets the partition's rounding land on the neighbouring value
 # when its f32 result differs from the float64 reference by a hair across a rounding boundary.
-_NARROW_ULP = {"bf16": 2.0**-7, "f16": 2.0**-10}
+_NARROW_ULP = {"bf16": 2.0**-7, "f16": 2.0**-10, "f8_e4m3": 2.0**-3, "f8_e5m2": 2.0**-2}
 
 
 def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
@@ -221,9 +229,9 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
     * s64, s32, s8, u8, boolean: exact (integer results of integer data, comparisons and copies).
     """
     kinds = frozenset(kinds)
-    if dtype in ("s64", "s32", "s8", "u8", "boolean"):
+    if dtype in ("s64", "s32", "s8", "u8", "s4", "u4", "boolean"):
         return 0.0, 0.0
-    if dtype not in ("f32", "f16", "bf16"):
+    if dtype not in ("f32", *_NARROW_ULP):
         raise InvalidArgumentError(f"no tolerance for data type {dtype!r}")
     thresholds = _primitive_thresholds()
     for kind in kinds:
@@ -239,7 +247,7 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
     return rtol, atol
 
 
-_WIDTH = {"f32": 3, "f16": 1, "bf16": 0}  # bf16 has the fewest significant bits
+_WIDTH = {"f32": 3, "f16": 1, "bf16": 0, "f8_e4m3": -1, "f8_e5m2": -2}  # by significant bits
 
 
 def narrowest_dtype(dtypes: Iterable[str]) -> str:

@@ -30,6 +30,7 @@ from ..graph._shape_inference import (
     infer_output_shapes,
     norm_axes,
     prelu_slope_shape,
+    quantization_groups,
     reduce_axes,
     reshape_target,
     spatial_geometry,
@@ -41,6 +42,7 @@ from ..kernels import pooling as kernel_pooling
 from ..kernels import resampling as kernel_resampling
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
+_INT4: dict[str, tuple[type[np.integer], tuple[int, int]]] = {"s4": (np.int8, (-8, 7)), "u4": (np.uint8, (0, 15))}
 _INTEGER_DTYPES: dict[str, type[np.integer]] = {"s32": np.int32, "s8": np.int8, "u8": np.uint8,
                                                  "s64": np.int64}
 
@@ -63,11 +65,12 @@ def to_dtype_values(values, dtype: str) -> np.ndarray:
         top = y >= 2.0**63
         y = np.where(np.isnan(y) | top, 0, y).astype(np.int64)
         return np.where(top, np.iinfo(np.int64).max, y)
-    if dtype in _INTEGER_DTYPES:
-        info = np.iinfo(_INTEGER_DTYPES[dtype])
+    if dtype in _INTEGER_DTYPES or dtype in _INT4:
+        numpy_type, (low, high) = _INT4[dtype] if dtype in _INT4 else (
+            _INTEGER_DTYPES[dtype], (np.iinfo(_INTEGER_DTYPES[dtype]).min, np.iinfo(_INTEGER_DTYPES[dtype]).max))
         with np.errstate(invalid="ignore"):
-            y = np.clip(np.rint(np.asarray(x, np.float64)), info.min, info.max)
-        return np.where(np.isnan(y), 0, y).astype(_INTEGER_DTYPES[dtype])
+            y = np.clip(np.rint(np.asarray(x, np.float64)), low, high)
+        return np.where(np.isnan(y), 0, y).astype(numpy_type)
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype == "f32":
             return np.asarray(x, dtype=np.float32)
@@ -76,6 +79,9 @@ def to_dtype_values(values, dtype: str) -> np.ndarray:
         if dtype == "bf16":
             single = np.asarray(x, dtype=np.float32)
             return _dtypes.from_storage(_dtypes.to_storage(single, "bf16"), "bf16").reshape(single.shape)
+        if dtype in ("f8_e4m3", "f8_e5m2"):  # oneDNN's f32 -> f8 rounding (triodnn._values._float8)
+            single = np.asarray(x, dtype=np.float32)
+            return _dtypes.from_storage(_dtypes.to_storage(single, dtype), dtype).reshape(single.shape)
     raise InvalidGraphError(f"no reference conversion to data type {dtype!r}")
 
 
@@ -397,6 +403,34 @@ def _group_norm(a: dict, values: list[np.ndarray], num_outputs: int) -> list:
     return [y, mean, var][:num_outputs]
 
 
+def _quantize(kind: str, a: dict, x: np.ndarray) -> np.ndarray:
+    """Quantize.md / Dequantize.md: ``src / scale + zp`` (rounded and saturated by the output's
+    conversion) or ``(src - zp) * scale``, per tensor or per channel along ``axis``."""
+    shape = [1] * x.ndim
+    if a["qtype"] == "per_channel":
+        shape[a["axis"] % x.ndim] = len(a["scales"])
+    scale = np.asarray(a["scales"], np.float64).reshape(shape if a["qtype"] == "per_channel" else ())
+    zp = np.asarray(a["zps"] or [0] * len(a["scales"]), np.float64).reshape(scale.shape)
+    return x / scale + zp if kind == "Quantize" else (x - zp) * scale
+
+
+def _dynamic_quantize(kind: str, a: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    """DynamicQuantize / DynamicDequantize: as ``_quantize``, the scales (and zero points) given
+    as tensors, each repeated over its group of src elements (DynamicDequantize.md)."""
+    x = inputs[0]
+    group = quantization_groups(kind, a, x.shape, inputs[1].shape)
+
+    def expand(t: np.ndarray) -> np.ndarray:
+        t = t.reshape(tuple(d // g for d, g in zip(x.shape, group)))
+        for axis, g in enumerate(group):
+            t = np.repeat(t, g, axis=axis)
+        return t
+
+    scale = expand(inputs[1])
+    zp = expand(inputs[2]) if len(inputs) > 2 else 0.0
+    return x / scale + zp if kind == "DynamicQuantize" else (x - zp) * scale
+
+
 def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> list:
     category = schema_of(kind).category
     if kind in ("Reorder", "TypeCast"):
@@ -409,6 +443,10 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return [np.concatenate(inputs, axis=a["axis"])]
     if kind == "GenIndex":
         return [_gen_index(a, inputs[0])]
+    if kind in ("Quantize", "Dequantize"):
+        return [_quantize(kind, a, _f64(inputs[0]))]
+    if kind in ("DynamicQuantize", "DynamicDequantize"):
+        return [_dynamic_quantize(kind, a, [_f64(x) for x in inputs])]
     if kind == "Select":
         condition = np.asarray(inputs[0]) != 0
         return [np.where(condition, _f64(inputs[1]), _f64(inputs[2]))]

@@ -40,6 +40,10 @@ CASES = {
     "sdpa": triodnn.SdpaDesc(md(1, 2, 8, 16), md(1, 2, 12, 16), md(1, 2, 12, 16), causal="top_left"),
     "gen_index": triodnn.GenIndexDesc(md(3, 4, dtype="s32"), axis=1),
     "prelu": triodnn.PreluDesc(md(2, 5, 3, 3), md(1, 5, 1, 1)),
+    "quantize": triodnn.QuantizeDesc("quantize", md(2, 5, 3), md(2, 5, 3, dtype="s8"), scales=[0.25, 0.5, 0.125, 1, 2],
+                                     zps=[0, 3, -5, 1, 2], axis=1),
+    "dynamic_quantize": triodnn.DynamicQuantizeDesc("quantize", md(2, 8, 3), md(2, 2, 1), md(2, 8, 3, dtype="u4"),
+                                                    group_shape=(1, 4, 3)),
     "deconvolution": triodnn.DeconvolutionDesc(md(2, 4, 5, 5), md(4, 3, 3, 3), bias=md(6), strides=2, groups=2),
     "resampling": triodnn.ResamplingDesc("linear", md(2, 3, 5, 7), md(2, 3, 9, 4)),
 }

@@ -1,0 +1,71 @@
+"""The dynamic quantization descriptor: oneDNN Graph's DynamicQuantize and DynamicDequantize,
+scales and zero points given as tensors at execution (doc/graph/operations/DynamicDequantize.md)."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._memory_desc import MemoryDesc
+from ._op_desc import WITH_PACKED, Arg, OpDesc, memory_desc, op_kind
+from ._quantize_desc import FLOATS, QUANTIZE_ALGS, QUANTIZED
+
+ZERO_POINT_TYPES = ("s8", "u8", "s32", "s4", "u4")
+
+
+def _group(value) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+@op_kind
+@attrs.frozen(cache_hash=True)
+class DynamicQuantizeDesc(OpDesc):
+    """``alg`` "quantize": ``dst = round(src / scale + zp)``; "dequantize":
+    ``dst = (src - zp) * scale``; f32 math, stores as ``QuantizeDesc``'s.
+
+    One form covers oneDNN's per-tensor, per-channel and per-group quantization: ``scales`` (and
+    ``zps``, when given) have src's rank, and element ``i`` of src takes the scale at
+    ``i // group_shape`` on every dim, so ``scales.dims == src.dims // group_shape``. Per tensor
+    is ``group_shape == src.dims`` (scales all 1s), per channel along ``axis`` is src's dims with
+    1 on the axis. The graph op gives the scales that rank (a view: no copy).
+    """
+
+    alg: str
+    src: MemoryDesc = attrs.field(validator=memory_desc("src"))
+    scales: MemoryDesc = attrs.field(validator=memory_desc("scales"))
+    dst: MemoryDesc = attrs.field(validator=memory_desc("dst"))
+    group_shape: tuple[int, ...] = attrs.field(converter=_group)
+    zps: MemoryDesc | None = None
+
+    kind = "dynamic_quantize"
+    ARGS = (Arg("src", dtypes=WITH_PACKED), Arg("scales", dtypes=FLOATS),
+            Arg("zps", optional=True, dtypes=ZERO_POINT_TYPES), Arg("dst", output=True, dtypes=WITH_PACKED))
+
+    def __attrs_post_init__(self) -> None:
+        if self.alg not in QUANTIZE_ALGS:
+            raise InvalidArgumentError(f"alg {self.alg!r} is not one of {', '.join(QUANTIZE_ALGS)}")
+        if self.dst.dims != self.src.dims:
+            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src dims {self.src.dims}")
+        low, high = (self.src, self.dst) if self.alg == "dequantize" else (self.dst, self.src)
+        if high.dtype not in FLOATS:
+            raise InvalidArgumentError(
+                f"{self.alg}: the float side has dtype {high.dtype!r}; supported: {', '.join(FLOATS)}")
+        if low.dtype not in QUANTIZED:
+            raise InvalidArgumentError(
+                f"{self.alg}: the quantized side has dtype {low.dtype!r}; supported: {', '.join(QUANTIZED)}")
+        dims = self.src.dims
+        if len(self.group_shape) != len(dims) or any(
+                g < 1 or d % g for g, d in zip(self.group_shape, dims)):
+            raise ArgumentMismatchError(
+                f"group_shape {self.group_shape} does not divide src dims {dims} (one positive divisor a dim)")
+        expected = tuple(d // g for d, g in zip(dims, self.group_shape))
+        for name in ("scales", "zps"):
+            md = getattr(self, name)
+            if md is not None and md.dims != expected:
+                raise ArgumentMismatchError(
+                    f"{name} dims {md.dims} do not match src dims {dims} in groups of {self.group_shape}: "
+                    f"expected {expected}")
+
+    @property
+    def label(self) -> str:
+        return f"dynamic_{self.alg}"
