@@ -181,10 +181,20 @@ async def interleaved(variants: dict, reps: int) -> dict[str, list[float]]:
     return samples
 
 
+# What poisons an integer output: its type's largest value (a result that is this value in
+# every element would pass unwritten, so a check of such an output proves less).
+_INTEGER_POISON = {"s8": 127, "u8": 255, "s4": 7, "u4": 15, "s32": 2**31 - 1, "s64": 2**31 - 1}
+
+
 async def poison(memory) -> None:
-    """Fill an f32 memory with NaN before timed runs, so that checking it afterwards proves the
-    timed runs themselves wrote the result (not the untimed check run before them)."""
-    await memory.write(np.full(memory.desc.dims, np.nan, dtype=np.float32))
+    """Fill a memory with NaN (floating types) or its type's largest value (integers) before
+    timed runs, so that checking it afterwards proves the timed runs themselves wrote the result
+    (not the untimed check run before them)."""
+    value = _INTEGER_POISON.get(memory.desc.dtype)
+    if value is None:
+        await memory.write(np.full(memory.desc.dims, np.nan, dtype=np.float32))
+    else:
+        await memory.write(np.full(memory.desc.dims, value, dtype=np.int64))
 
 
 WALL = "wall"
