@@ -9,6 +9,7 @@ from ._concat_desc import ConcatDesc as ConcatDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
 from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
 from ._dynamic_quantize_desc import DynamicQuantizeDesc as DynamicQuantizeDesc
+from ._eltwise_bwd_desc import EltwiseBackwardDesc as EltwiseBackwardDesc
 from ._eltwise_desc import EltwiseDesc as EltwiseDesc
 from ._errors import ArgumentMismatchError as ArgumentMismatchError
 from ._errors import BuildError as BuildError

@@ -23,6 +23,7 @@ from .._values import (
     ConvolutionDesc,
     DeconvolutionDesc,
     DynamicQuantizeDesc,
+    EltwiseBackwardDesc,
     EltwiseDesc,
     GenIndexDesc,
     GroupNormDesc,
@@ -44,7 +45,7 @@ from .._values._memory_desc import MemoryDesc
 from .._values._op_desc import OpDesc
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape, storage_dtype
 from ._op import Op
-from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
+from ._op_schema import ELTWISE_BACKWARD_KINDS, UNARY_ELTWISE_KINDS, eltwise_backward_parameters, eltwise_parameters
 from ._shape_inference import (
     conv_transpose_geometry,
     conv_transpose_weights_order,
@@ -347,6 +348,17 @@ def _lower_unary(b: Builder, op: Op) -> None:
     alpha_, beta_ = eltwise_defaults(alg, alpha, beta)
     b.run(op, lambda src, dst: EltwiseDesc(alg, src, dst, alpha_, beta_),
           {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+
+
+def _lower_eltwise_backward(b: Builder, op: Op) -> None:
+    # As _lower_unary: the algorithm of _op_schema.eltwise_backward_parameters, which the numpy
+    # reference uses too.
+    alg, alpha, beta, use_dst = eltwise_backward_parameters(op.kind, op.attrs)
+    alpha_, beta_ = eltwise_defaults(alg, alpha, beta)
+    b.run(op, lambda src_or_dst, diff_dst, diff_src: EltwiseBackwardDesc(
+              alg, src_or_dst, diff_dst, diff_src, alpha_, beta_, use_dst=use_dst),
+          {"src_or_dst": b.view(op.inputs[0]), "diff_dst": b.view(op.inputs[1])},
+          {"diff_src": b.output(op.outputs[0])})
 
 
 def _lower_binary(b: Builder, op: Op) -> None:
@@ -734,6 +746,7 @@ def _lower_gen_index(b: Builder, op: Op) -> None:
 
 LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     **{kind: _lower_unary for kind in UNARY_ELTWISE_KINDS},
+    **{kind: _lower_eltwise_backward for kind in ELTWISE_BACKWARD_KINDS},
     **{kind: _lower_binary for kind in _BINARY},
     "Select": _lower_select,
     "PReLU": _lower_prelu,

@@ -123,6 +123,15 @@ def _eltwise(kind: str, algorithm: str, *specs: AttrSpec) -> OpSchema:
     return OpSchema(kind, (1, 1), (1, 1), _attr_map(specs), "eltwise", algorithm, ("src",))
 
 
+def _eltwise_backward(kind: str, algorithm: str, *specs: AttrSpec, use_dst: bool = False) -> OpSchema:
+    # Input 0 is the forward's src, or its dst where the op has ``use_dst`` (default true there,
+    # as oneDNN's op_def says) and it is set.
+    if use_dst:
+        specs = (*specs, AttrSpec("use_dst", "bool", default=True))
+    return OpSchema(kind, (2, 2), (1, 1), _attr_map(specs), "eltwise_backward", algorithm,
+                    ("src", "diff_dst"), ("diff_src",))
+
+
 def _binary(kind: str, algorithm: str) -> OpSchema:
     return OpSchema(kind, (2, 2), (1, 1), _attr_map([_auto_broadcast()]), "binary", algorithm,
                     ("src_0", "src_1"))
@@ -216,6 +225,21 @@ def _schemas() -> dict[str, OpSchema]:
         _eltwise("SoftPlus", "soft_relu", AttrSpec("beta", "f32", default=1.0)),
         _eltwise("Pow", "pow", AttrSpec("beta", "f32", required=True)),
         _eltwise("Round", "round"),
+        _eltwise_backward("AbsBackward", "abs"),
+        _eltwise_backward("ClampBackward", "clip", AttrSpec("min", "f32", required=True),
+                          AttrSpec("max", "f32", required=True), use_dst=True),
+        _eltwise_backward("EluBackward", "elu", AttrSpec("alpha", "f32", required=True), use_dst=True),
+        _eltwise_backward("GELUBackward", "gelu_erf",
+                          AttrSpec("mode", "string", default="gelu_erf", choices=GELU_MODES)),
+        _eltwise_backward("HardSigmoidBackward", "hardsigmoid", AttrSpec("alpha", "f32", required=True),
+                          AttrSpec("beta", "f32", required=True)),
+        _eltwise_backward("HardSwishBackward", "hardswish"),
+        _eltwise_backward("MishBackward", "mish"),
+        _eltwise_backward("ReLUBackward", "relu", use_dst=True),
+        _eltwise_backward("SigmoidBackward", "sigmoid", use_dst=True),
+        _eltwise_backward("SoftPlusBackward", "soft_relu", AttrSpec("beta", "f32", default=1.0)),
+        _eltwise_backward("SqrtBackward", "sqrt", use_dst=True),
+        _eltwise_backward("TanhBackward", "tanh", use_dst=True),
         _eltwise("Reciprocal", "reciprocal"),
         # dst = src >= 0 ? src : slope * src; a 1-D slope sits on the channel dim when
         # per_channel_broadcast (oneDNN's default), on the last dim otherwise.
@@ -312,14 +336,12 @@ def _schemas() -> dict[str, OpSchema]:
 
 
 RECOGNISED_NOT_RUN = (
-    "AbsBackward", "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
-    "BiasAddBackward", "ClampBackward", "ConvTransposeBackwardData",
+    "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
+    "BiasAddBackward", "ConvTransposeBackwardData",
     "ConvTransposeBackwardWeights", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
-    "EluBackward", "GELUBackward",
-    "HardSigmoidBackward", "HardSwishBackward", "InterpolateBackward",
-    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward", "MishBackward",
-    "PReLUBackward", "ReLUBackward", "SigmoidBackward", "SoftMaxBackward",
-    "SoftPlusBackward", "SqrtBackward", "TanhBackward",
+    "InterpolateBackward",
+    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward",
+    "PReLUBackward", "SoftMaxBackward",
 )
 
 
@@ -353,6 +375,32 @@ def eltwise_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, fl
     if kind == "Pow":
         return "pow", 1.0, attrs["beta"]
     return schema.algorithm, None, None
+
+
+# The eltwise backward ops, each computed by one ``EltwiseBackwardDesc`` algorithm.
+ELTWISE_BACKWARD_KINDS = frozenset(
+    kind for kind, schema in OP_SCHEMAS.items() if schema.category == "eltwise_backward"
+)
+
+
+def eltwise_backward_parameters(kind: str, attrs: Mapping) -> tuple[str, float | None, float | None, bool]:
+    """``(algorithm, alpha, beta, use_dst)`` of the ``EltwiseBackwardDesc`` computing the eltwise
+    backward op ``kind`` with normalised ``attrs`` (None: the algorithm's default)."""
+    schema = schema_of(kind)
+    if schema.category != "eltwise_backward" or schema.algorithm is None:
+        raise InvalidGraphError(f"{kind} is not an eltwise backward op")
+    use_dst = bool(attrs.get("use_dst", False))
+    if kind == "GELUBackward":
+        return attrs.get("mode", "gelu_erf"), None, None, False
+    if kind == "EluBackward":
+        return "elu", attrs["alpha"], None, use_dst
+    if kind == "ClampBackward":
+        return "clip", attrs["min"], attrs["max"], use_dst
+    if kind == "HardSigmoidBackward":
+        return "hardsigmoid", attrs["alpha"], attrs["beta"], False
+    if kind == "SoftPlusBackward":
+        return "soft_relu", attrs.get("beta", 1.0), None, False  # as SoftPlus: alpha = beta
+    return schema.algorithm, None, None, use_dst
 
 
 # -- checking -------------------------------------------------------------------------------

@@ -633,6 +633,11 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return []
     if category == "eltwise" or kind in ("Reorder", "TypeCast"):
         return [shapes[0]]
+    if category == "eltwise_backward":
+        # diff_src is shaped like src (or dst); diff_dst must be too (no broadcasting).
+        if tuple(shapes[1]) != tuple(shapes[0]) and all(d >= 0 for d in (*shapes[0], *shapes[1])):
+            raise _error(kind, f"diff_dst shape {_fmt(shapes[1])} differs from src shape {_fmt(shapes[0])}")
+        return [shapes[0]]
     if kind == "GenIndex":
         _normal_axis(kind, a["axis"], len(shapes[0]))
         return [shapes[0]]

@@ -16,7 +16,7 @@ Rules, in order (the first that applies wins):
 3. role ``"mask"``: an additive attention mask, 0 or -inf, with the first element of every row
    (along the last axis) 0, so no row is masked entirely (``inf_as_zero`` tests set such rows
    on purpose).
-4. role ``"divisor"``, or a consumer among Log, Sqrt, Pow, Reciprocal: positive values. Divisors
+4. role ``"divisor"``, or a consumer among Log, Sqrt(Backward), Pow, Reciprocal: positive values. Divisors
    are powers of two from 1/2 to 4 (quotients exact); Log/Sqrt/Pow inputs are multiples of 1/8 in
    [1/8, 4] (exact in bf16 and f16, away from log's and sqrt's singular point).
 5. roles ``"variance"`` and ``"gamma"`` (BatchNormInference, LayerNorm, RMSNorm): positive
@@ -26,7 +26,8 @@ Rules, in order (the first that applies wins):
    exact in float32 for reductions of up to 2^20 terms.
 7. consumed by LayerNorm, RMSNorm or BatchNormInference: multiples of 1/16 in [-4, 4], so every
    normalised row has a spread (nonzero variance).
-8. consumed only by transcendental eltwise ops (GELU, Tanh, Sigmoid, Exp, Elu, Mish, SoftPlus):
+8. consumed only by transcendental eltwise ops (GELU, Tanh, Sigmoid, Exp, Elu, Mish, SoftPlus,
+   and their Backward ops):
    multiples of 1/4 in [-4, 4], which cover the curved part of each function.
 9. anything else (binary ops, softmax, reductions, data movement): integers in [-4, 4].
    Softmax sees differences of at most 8, far from exp's overflow.
@@ -50,12 +51,15 @@ import numpy as np
 from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
 from ..graph._op_schema import OP_SCHEMAS, schema_of
+from ..kernels import eltwise_bwd
 from ..kernels import tolerance as kt
 
-_POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal"})
+_POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
 _NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference"})
-_TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus"})
+_TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus",
+                                   "GELUBackward", "TanhBackward", "SigmoidBackward", "EluBackward",
+                                   "MishBackward", "SoftPlusBackward"})
 ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance")
 
 
@@ -182,6 +186,9 @@ def _primitive_thresholds() -> dict[str, float]:
     for kind, schema in OP_SCHEMAS.items():
         if schema.unary_elementwise and schema.algorithm is not None and kind not in thresholds:
             thresholds[kind] = kt.eltwise(schema.algorithm)  # 4e-5 transcendental, else 4e-6
+        if schema.category == "eltwise_backward" and schema.algorithm is not None:
+            # use_dst is not known here: the larger (src) bound of the two.
+            thresholds[kind] = eltwise_bwd.threshold(schema.algorithm)
     return thresholds
 
 
@@ -197,6 +204,8 @@ _INEXACT_KINDS = frozenset({
     "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
     "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
     "RMSNorm", "GroupNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
+    "EluBackward", "GELUBackward", "HardSigmoidBackward", "HardSwishBackward", "MishBackward",
+    "SigmoidBackward", "SoftPlusBackward", "SqrtBackward", "TanhBackward",
 })
 _ACCUMULATING_KINDS = frozenset({
     "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "GroupNorm",

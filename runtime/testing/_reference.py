@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .._values import _dtypes
+from .._values._algorithms import eltwise_parameters as eltwise_defaults
 from .._values._errors import InvalidGraphError, UnsupportedError
-from ..graph._op_schema import check_op, eltwise_parameters, schema_of
+from ..graph._op_schema import check_op, eltwise_backward_parameters, eltwise_parameters, schema_of
 from ..graph._shape_inference import (
     conv_transpose_geometry,
     conv_transpose_weights_order,
@@ -38,6 +39,7 @@ from ..graph._shape_inference import (
 )
 from ..kernels import deconvolution as kernel_deconvolution
 from ..kernels import eltwise as kernel_eltwise
+from ..kernels import eltwise_bwd as kernel_eltwise_bwd
 from ..kernels import pooling as kernel_pooling
 from ..kernels import resampling as kernel_resampling
 
@@ -96,6 +98,12 @@ def _eltwise(kind: str, a: dict, x: np.ndarray) -> np.ndarray:
     # The kernel algorithm the op schema maps the op to, as the lowering does.
     alg, alpha, beta = eltwise_parameters(kind, a)
     return _f64(kernel_eltwise.reference(alg, x, alpha=alpha, beta=beta))
+
+
+def _eltwise_backward(kind: str, a: dict, x: np.ndarray, diff_dst: np.ndarray) -> np.ndarray:
+    alg, alpha, beta, use_dst = eltwise_backward_parameters(kind, a)
+    alpha_, beta_ = eltwise_defaults(alg, alpha, beta)
+    return _f64(kernel_eltwise_bwd.reference(alg, x, diff_dst, alpha=alpha_, beta=beta_, use_dst=use_dst))
 
 
 # -- binary and select ----------------------------------------------------------------------
@@ -454,6 +462,8 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
     values = [x.astype(np.int64) if integer_math else _f64(x) for x in inputs]
     if category == "eltwise":
         return [_eltwise(kind, a, values[0])]
+    if category == "eltwise_backward":
+        return [_eltwise_backward(kind, a, values[0], values[1])]
     if category == "binary":
         return [_binary(kind, a, values[0], values[1])]
     if kind == "MatMul":

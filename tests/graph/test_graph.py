@@ -372,12 +372,12 @@ async def test_squared_difference(engine, rng):
 def test_recognised_ops_triodnn_does_not_run_make_unsupported_partitions():
     g = Graph("cpu")
     g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
-    g.add_op(Op(1, "ReLUBackward", [f32(1, [4]), f32(2, [4])], [f32(3, [4])], {"use_dst": True}))
+    g.add_op(Op(1, "SoftMaxBackward", [f32(2, [4]), f32(1, [4])], [f32(3, [4])], {"axis": -1}))
     # RMSNorm's optional rrms output is produced: the op after the gap is supported again.
     g.add_op(Op(2, "RMSNorm", [f32(3, [4])], [f32(4, [4]), f32(5, [])]))
     parts = g.get_partitions()
     assert [(p.op_kinds, p.is_supported) for p in parts] == [
-        (("ReLU",), True), (("ReLUBackward",), False), (("RMSNorm",), True)]
+        (("ReLU",), True), (("SoftMaxBackward",), False), (("RMSNorm",), True)]
 
 
 # -- post-op fusion -------------------------------------------------------------------------------

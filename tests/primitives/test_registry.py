@@ -23,6 +23,7 @@ def md(*dims, dtype="f32", strides=None) -> MemoryDesc:
 
 CASES = {
     "eltwise": triodnn.EltwiseDesc("gelu_erf", md(4, 33)),
+    "eltwise_backward": triodnn.EltwiseBackwardDesc("gelu_tanh", md(4, 33), md(4, 33)),
     "binary": triodnn.BinaryDesc("mul", md(4, 33), md(1, 33)),
     "matmul": triodnn.MatmulDesc(md(2, 5, 24), md(24, 7), bias=md(1, 7), post_ops=(("eltwise", "relu"),)),
     "softmax": triodnn.SoftmaxDesc("logsoftmax", md(6, 40), axis=1),
@@ -71,9 +72,10 @@ async def test_registered_reference_matches_the_kernel(engine, rng, kind):
     outputs = {arg.name for arg in desc.ARGS if arg.output}
     inputs = {name: _input(rng, name, md) for name, md in desc.arg_descs.items() if name not in outputs}
     args = {name: await engine.from_numpy(array, desc.arg_descs[name]) for name, array in inputs.items()}
-    args["dst"] = engine.memory(desc.dst)
+    output = "dst" if "dst" in outputs else "diff_src"  # eltwise_backward's output is diff_src
+    args[output] = engine.memory(desc.arg_descs[output])
     stream = await engine.stream()
     await stream.execute(primitive, args)
-    got = await args["dst"].to_numpy()
+    got = await args[output].to_numpy()
     want = registered.reference(desc, inputs)
     tolerance.check(got, want, registered.tolerance(desc))
