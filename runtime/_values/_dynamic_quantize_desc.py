@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import ArgumentMismatchError
 from ._memory_desc import MemoryDesc
 from ._op_desc import WITH_PACKED, Arg, OpDesc, memory_desc, op_kind
-from ._quantize_desc import FLOATS, QUANTIZE_ALGS, QUANTIZED
+from ._quantize_desc import FLOATS, check_sides
 
 ZERO_POINT_TYPES = ("s8", "u8", "s32", "s4", "u4")
 
@@ -42,17 +42,7 @@ class DynamicQuantizeDesc(OpDesc):
             Arg("zps", optional=True, dtypes=ZERO_POINT_TYPES), Arg("dst", output=True, dtypes=WITH_PACKED))
 
     def __attrs_post_init__(self) -> None:
-        if self.alg not in QUANTIZE_ALGS:
-            raise InvalidArgumentError(f"alg {self.alg!r} is not one of {', '.join(QUANTIZE_ALGS)}")
-        if self.dst.dims != self.src.dims:
-            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src dims {self.src.dims}")
-        low, high = (self.src, self.dst) if self.alg == "dequantize" else (self.dst, self.src)
-        if high.dtype not in FLOATS:
-            raise InvalidArgumentError(
-                f"{self.alg}: the float side has dtype {high.dtype!r}; supported: {', '.join(FLOATS)}")
-        if low.dtype not in QUANTIZED:
-            raise InvalidArgumentError(
-                f"{self.alg}: the quantized side has dtype {low.dtype!r}; supported: {', '.join(QUANTIZED)}")
+        check_sides(self.alg, self.src, self.dst)
         dims = self.src.dims
         if len(self.group_shape) != len(dims) or any(
                 g < 1 or d % g for g, d in zip(self.group_shape, dims)):

@@ -19,6 +19,23 @@ QUANTIZED = ("s8", "u8", "f8_e4m3", "f8_e5m2", "s4", "u4")
 _F8 = ("f8_e4m3", "f8_e5m2")
 
 
+def check_sides(alg: str, src: MemoryDesc, dst: MemoryDesc) -> MemoryDesc:
+    """What every (de)quantization checks: the direction, same dims on both sides, a float type
+    on the float side and a quantized one on the other (typed errors naming each). Returns the
+    quantized side."""
+    if alg not in QUANTIZE_ALGS:
+        raise InvalidArgumentError(f"alg {alg!r} is not one of {', '.join(QUANTIZE_ALGS)}")
+    if dst.dims != src.dims:
+        raise ArgumentMismatchError(f"dst dims {dst.dims} differ from src dims {src.dims}")
+    low, high = (src, dst) if alg == "dequantize" else (dst, src)
+    if high.dtype not in FLOATS:
+        raise InvalidArgumentError(f"{alg}: the float side has dtype {high.dtype!r}; supported: {', '.join(FLOATS)}")
+    if low.dtype not in QUANTIZED:
+        raise InvalidArgumentError(
+            f"{alg}: the quantized side has dtype {low.dtype!r}; supported: {', '.join(QUANTIZED)}")
+    return low
+
+
 def _floats(value) -> tuple[float, ...]:
     return tuple(float(v) for v in value)
 
@@ -55,17 +72,7 @@ class QuantizeDesc(OpDesc):
     ARGS = (Arg("src", dtypes=WITH_PACKED), Arg("dst", output=True, dtypes=WITH_PACKED))
 
     def __attrs_post_init__(self) -> None:
-        if self.alg not in QUANTIZE_ALGS:
-            raise InvalidArgumentError(f"alg {self.alg!r} is not one of {', '.join(QUANTIZE_ALGS)}")
-        if self.dst.dims != self.src.dims:
-            raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src dims {self.src.dims}")
-        low, high = (self.src, self.dst) if self.alg == "dequantize" else (self.dst, self.src)
-        if high.dtype not in FLOATS:
-            raise InvalidArgumentError(
-                f"{self.alg}: the float side has dtype {high.dtype!r}; supported: {', '.join(FLOATS)}")
-        if low.dtype not in QUANTIZED:
-            raise InvalidArgumentError(
-                f"{self.alg}: the quantized side has dtype {low.dtype!r}; supported: {', '.join(QUANTIZED)}")
+        low = check_sides(self.alg, self.src, self.dst)
         channels = 1
         if self.axis is not None:
             ndims = self.src.ndims
