@@ -17,6 +17,7 @@ import pytest
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import from_dict
+from triodnn.graph._json import _attr_entry
 from triodnn.graph._op_schema import check_op
 from triodnn.graph._shape_inference import (
     conv_transpose_geometry,
@@ -39,25 +40,11 @@ def _tensor(lt_id: int, shape, dtype: str = "f32") -> dict:
             "layout_type": "strided", "property_type": "undef"}
 
 
-def _typed(value) -> dict:
-    """An attribute as serialized graphs write it."""
-    if isinstance(value, bool):
-        return {"type": "bool", "value": int(value)}
-    if isinstance(value, int):
-        return {"type": "s64", "value": value}
-    if isinstance(value, float):
-        return {"type": "f32", "value": value}
-    if isinstance(value, str):
-        return {"type": "string", "value": value}
-    is_float = any(isinstance(v, float) for v in value)
-    return {"type": "f32[]" if is_float else "s64[]", "value": list(value)}
-
-
 def _write_op(tmp_path: Path, kind: str, attrs: dict, inputs, outputs, dtype: str = "f32") -> Path:
     """A one-op graph file: ``inputs`` and ``outputs`` are shapes, numbered in that order."""
     tensors = [_tensor(i, shape, dtype) for i, shape in enumerate([*inputs, *outputs])]
     document = {"version": "3.0.0", "engine_kind": "cpu", "fpmath_mode": "strict", "graph": [{
-        "id": 0, "name": kind.lower(), "kind": kind, "attrs": {k: _typed(v) for k, v in attrs.items()},
+        "id": 0, "name": kind.lower(), "kind": kind, "attrs": {k: _attr_entry(v) for k, v in attrs.items()},
         "inputs": tensors[:len(inputs)], "outputs": tensors[len(inputs):]}]}
     path = tmp_path / f"{kind.lower()}.json"
     path.write_text(json.dumps(document))

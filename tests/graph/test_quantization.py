@@ -8,31 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _graph_helpers import graph_of, lt, run
 
-from triodnn import InvalidGraphError, ShapeInferenceError, StreamFlags
+from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn._values import _dtypes
-from triodnn.graph import Graph, LogicalTensor, Op, compile_graph
+from triodnn.graph import Graph, Op, compile_graph
 from triodnn.testing import run_case
 
 BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
 
 
-def lt(i, shape, dtype="f32", strides=None):
-    return LogicalTensor(i, dtype, shape, strides, layout_type="strided")
-
-
-def graph_of(*ops):
-    graph = Graph("cpu")
-    for op in ops:
-        graph.add_op(op)
-    graph.finalize()
-    return graph
-
-
-async def run(engine, graph, arrays):
-    runner = await compile_graph(graph, engine)
-    stream = await engine.stream(StreamFlags.in_order)
-    return await runner.run(stream, arrays)
 
 
 @pytest.mark.parametrize("dtype", ["f8_e4m3", "f8_e5m2", "s4", "u4"])

@@ -6,30 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _graph_helpers import graph_of, lt, run
 
-from triodnn import ArgumentMismatchError, MemoryDesc, StreamFlags, UnsupportedError
+from triodnn import ArgumentMismatchError, MemoryDesc, UnsupportedError
 from triodnn._values._reorder_desc import ReorderDesc
-from triodnn.graph import Graph, LogicalTensor, Op, compile_graph, from_dict, to_dict
+from triodnn.graph import Op, compile_graph, from_dict, to_dict
 
 BIG = np.array([[1, -2, 2**40 + 1], [-(2**62) - 3, 2**24 + 1, 7]], dtype=np.int64)
 
 
-def lt(i, shape, dtype="f32", strides=None):
-    return LogicalTensor(i, dtype, shape, strides, layout_type="strided")
-
-
-def graph_of(*ops):
-    graph = Graph("cpu")
-    for op in ops:
-        graph.add_op(op)
-    graph.finalize()
-    return graph
-
-
-async def run(engine, graph, arrays):
-    runner = await compile_graph(graph, engine)
-    stream = await engine.stream(StreamFlags.in_order)
-    return await runner.run(stream, arrays)
 
 
 def test_s64_logical_tensors_take_eight_bytes_and_round_trip():
