@@ -43,6 +43,30 @@ def _per_axis(name: str, value, nsp: int, default: int, minimum: int) -> tuple[i
     return values
 
 
+def check_spatial(desc, weights_layout: str) -> int:
+    """The checks convolution and deconvolution share: src of 1 to 3 spatial dims, weights of
+    src's rank (``weights_layout`` names their leading dims in the error), ``groups`` >= 1 and
+    ``strides`` normalised on ``desc``. Returns the number of spatial dims."""
+    check_memory_desc("src", desc.src)
+    check_memory_desc("weights", desc.weights)
+    if not 3 <= desc.src.ndims <= 5:
+        raise InvalidArgumentError(
+            f"src dims {desc.src.dims} must be (N, C, W), (N, C, H, W) or (N, C, D, H, W)"
+        )
+    nsp = desc.src.ndims - 2
+    if desc.weights.ndims != desc.src.ndims:
+        raise ArgumentMismatchError(
+            f"weights dims {desc.weights.dims} must be ({weights_layout}, {nsp} kernel sizes) "
+            f"for src dims {desc.src.dims}"
+        )
+    groups = _int("groups", desc.groups)
+    if groups < 1:
+        raise InvalidArgumentError(f"groups {groups} must be >= 1")
+    desc._set("groups", groups)
+    desc._set("strides", _per_axis("strides", desc.strides, nsp, 1, 1))
+    return nsp
+
+
 def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
     """Dense ``dims`` with the axis order of ``like`` (nhwc src -> nhwc dst)."""
     order = sorted(range(len(dims)), key=lambda axis: (-like.strides[axis], axis))
@@ -102,23 +126,8 @@ class ConvolutionDesc(OpDesc):
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
 
     def __attrs_post_init__(self) -> None:
-        check_memory_desc("src", self.src)
-        check_memory_desc("weights", self.weights)
-        if not 3 <= self.src.ndims <= 5:
-            raise InvalidArgumentError(
-                f"src dims {self.src.dims} must be (N, C, W), (N, C, H, W) or (N, C, D, H, W)"
-            )
-        nsp = self.src.ndims - 2
-        if self.weights.ndims != self.src.ndims:
-            raise ArgumentMismatchError(
-                f"weights dims {self.weights.dims} must be (OC, C/groups, {nsp} kernel sizes) "
-                f"for src dims {self.src.dims}"
-            )
-        groups = _int("groups", self.groups)
-        if groups < 1:
-            raise InvalidArgumentError(f"groups {groups} must be >= 1")
-        self._set("groups", groups)
-        self._set("strides", _per_axis("strides", self.strides, nsp, 1, 1))
+        nsp = check_spatial(self, "OC, C/groups")
+        groups = self.groups
         if self.dilation is not None and 0 in (
             self.dilation if isinstance(self.dilation, (list, tuple)) else (self.dilation,)
         ):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from ._convolution_desc import _int, _layout_like, _per_axis
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._convolution_desc import _layout_like, _per_axis, check_spatial
+from ._errors import ArgumentMismatchError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
 
@@ -54,23 +54,8 @@ class DeconvolutionDesc(OpDesc):
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
 
     def __attrs_post_init__(self) -> None:
-        check_memory_desc("src", self.src)
-        check_memory_desc("weights", self.weights)
-        if not 3 <= self.src.ndims <= 5:
-            raise InvalidArgumentError(
-                f"src dims {self.src.dims} must be (N, C, W), (N, C, H, W) or (N, C, D, H, W)"
-            )
-        nsp = self.src.ndims - 2
-        if self.weights.ndims != self.src.ndims:
-            raise ArgumentMismatchError(
-                f"weights dims {self.weights.dims} must be (IC, OC/groups, {nsp} kernel sizes) "
-                f"for src dims {self.src.dims}"
-            )
-        groups = _int("groups", self.groups)
-        if groups < 1:
-            raise InvalidArgumentError(f"groups {groups} must be >= 1")
-        self._set("groups", groups)
-        self._set("strides", _per_axis("strides", self.strides, nsp, 1, 1))
+        nsp = check_spatial(self, "IC, OC/groups")
+        groups = self.groups
         self._set("dilation", _per_axis("dilation", self.dilation, nsp, 1, 1))
         self._set("padding_l", _per_axis("padding_l", self.padding_l, nsp, 0, 0))
         padding_r = self.padding_l if self.padding_r is None else self.padding_r
