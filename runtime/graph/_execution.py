@@ -40,6 +40,7 @@ from .._stream import Stream, check_deps
 from .._values._dtypes import check_input, convert_input
 from .._values._errors import (
     ArgumentMismatchError,
+    ClosedError,
     EngineMismatchError,
     InvalidArgumentError,
     MissingArgumentError,
@@ -180,8 +181,7 @@ class GraphRunner:
             if isinstance(value, Memory):
                 value = Tensor(lt, value.engine, memory=value)
             if isinstance(value, Tensor):
-                self._check_tensor(value, lt, "constants")
-                staged[lt_id] = value
+                staged[lt_id] = self._check_tensor(value, lt, "constants")
                 continue
             array = np.asarray(value)
             shape = known_shape(lt)
@@ -224,9 +224,12 @@ class GraphRunner:
     # -- one request ------------------------------------------------------------------------
 
     async def run(self, stream: Stream, inputs, *, deps=(), outputs=None,
-                  as_tensors: bool = False) -> dict:
+                  as_tensors: bool | collections.abc.Iterable[int] = False) -> dict:
         """Run the graph once on ``stream``; returns ``{output id: numpy array}`` (or ``Tensor``
         with ``as_tensors``, then the caller's to release) once every output is ready.
+        ``as_tensors`` may name some output ids instead of all: those stay on the device as
+        ``Tensor``s (a training step's saved activations, the next graph's inputs), the rest
+        are read back.
 
         ``inputs`` maps every graph input id to an array (uploaded with a write on ``stream``;
         the runner frees the buffer after its last consumer), a ``Tensor`` or a ``Memory``
@@ -234,13 +237,14 @@ class GraphRunner:
         writes of the caller's input tensors, say). ``outputs`` may give ``Tensor``s to write
         some outputs into; they must share no buffer with an input tensor.
         """
-        execution = self._execution(stream, inputs, deps, outputs, as_tensors, copy_inputs=False)
+        execution = self._execution(stream, inputs, deps, outputs, self._tensor_outputs(as_tensors),
+                                    copy_inputs=False)
         return await execution.run()
 
     # -- many requests -----------------------------------------------------------------------
 
     def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(),
-            as_tensors: bool = False) -> Pipeline:
+            as_tensors: bool | collections.abc.Iterable[int] = False) -> Pipeline:
         """``run`` over each input dict of ``inputs`` (an iterable or async iterable), at most
         ``max_in_flight`` at a time, results in input order: a ``Pipeline`` to enter::
 
@@ -257,6 +261,7 @@ class GraphRunner:
         ``as_tensors`` are ``run``'s, for every request."""
         self._check_stream(stream)
         deps = list(check_deps(deps))
+        as_tensors = self._tensor_outputs(as_tensors)
 
         def start(item) -> Execution:
             return self._execution(stream, item, deps, None, as_tensors, copy_inputs=True)
@@ -273,7 +278,23 @@ class GraphRunner:
         deps = list(check_deps(deps))
         values = self._bind_inputs(inputs, copy_inputs)
         given_outputs = self._bind_outputs(outputs, values)
-        return Execution(self, stream, values, deps, given_outputs, bool(as_tensors))
+        return Execution(self, stream, values, deps, given_outputs, as_tensors)
+
+    def _tensor_outputs(self, as_tensors) -> frozenset[int]:
+        """The output ids ``as_tensors`` hands over as Tensors: all (True), none (False), or
+        those it names."""
+        ids = [lt.id for lt in self.outputs]
+        if isinstance(as_tensors, bool):
+            return frozenset(ids) if as_tensors else frozenset()
+        if isinstance(as_tensors, (str, bytes)) or not isinstance(as_tensors, collections.abc.Iterable):
+            raise InvalidArgumentError(
+                f"as_tensors is {type(as_tensors).__name__}; expected a bool or graph output ids"
+            )
+        named = list(as_tensors)
+        unknown = [i for i in named if i not in ids]
+        if unknown:
+            raise InvalidArgumentError(f"as_tensors names {unknown}, which are not graph outputs {ids}")
+        return frozenset(named)
 
     def _bind_inputs(self, inputs, copy: bool) -> dict[int, Any]:
         if not isinstance(inputs, collections.abc.Mapping):
@@ -300,7 +321,7 @@ class GraphRunner:
             if isinstance(value, Memory):
                 value = Tensor(lt, value.engine, memory=value)
             if isinstance(value, Tensor):
-                self._check_tensor(value, lt, "inputs")
+                value = self._check_tensor(value, lt, "inputs")
             else:
                 constant = lt.property_type == "constant"
                 original = value
@@ -339,7 +360,13 @@ class GraphRunner:
             values[lt.id] = value
         return values
 
-    def _check_tensor(self, tensor: Tensor, lt: LogicalTensor, role: str) -> None:
+    def _check_tensor(self, tensor: Tensor, lt: LogicalTensor, role: str) -> Tensor:
+        """``tensor`` as ``lt``'s: its memory must be what the graph expects, on its engine, not
+        released. A tensor of another logical tensor (another graph's output: a forward's saved
+        activation fed to its backward) comes back as a Tensor of ``lt`` over the same memory,
+        since partitions bind tensors by logical tensor id."""
+        if tensor.released:
+            raise ClosedError(f"{role}[{lt.id}] was released")
         want = self._desc(lt)
         if tensor.memory.desc != want:
             raise ArgumentMismatchError(
@@ -349,6 +376,9 @@ class GraphRunner:
             raise EngineMismatchError(
                 f"{role}[{lt.id}] lives on {tensor.memory.engine}, not on {self.engine}"
             )
+        if tensor.logical_tensor.id != lt.id:
+            return _tensor(lt, tensor.engine, tensor.memory)
+        return tensor
 
     def _bind_outputs(self, outputs, values) -> dict[int, Tensor]:
         if outputs is None:
@@ -367,7 +397,7 @@ class GraphRunner:
                 tensor = Tensor(by_id[lt_id], tensor.engine, memory=tensor)
             if not isinstance(tensor, Tensor):
                 raise InvalidArgumentError(f"outputs[{lt_id}] is {type(tensor).__name__}, expected Tensor")
-            self._check_tensor(tensor, by_id[lt_id], "outputs")
+            tensor = self._check_tensor(tensor, by_id[lt_id], "outputs")
             shared = input_buffers.get(tensor.memory.cl_buffer.int_ptr)
             if shared is not None:
                 raise InvalidArgumentError(
@@ -480,13 +510,13 @@ class Execution:
     """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
 
     def __init__(self, runner: GraphRunner, stream: Stream, values: dict, deps: list,
-                 given_outputs: dict[int, Tensor], as_tensors: bool) -> None:
+                 given_outputs: dict[int, Tensor], as_tensors: frozenset[int]) -> None:
         self._runner = runner
         self._stream = stream
         self._values = values
         self._deps = deps
         self._given_outputs = given_outputs
-        self._as_tensors = as_tensors
+        self._as_tensors = as_tensors       # the output ids handed over as Tensors
         self._slots: dict[int, _Slot] = {}
         self._results: dict[int, Any] = {}
         self._error: BaseException | None = None
@@ -513,7 +543,7 @@ class Execution:
             results = {lt.id: self._results[lt.id] for lt in runner.outputs}
             for lt in runner.outputs:
                 slot = self._slots[lt.id]
-                if self._as_tensors and slot.owned:
+                if lt.id in self._as_tensors and slot.owned:
                     slot.owned = False          # the caller's now
                     runner._count("buffers_released")
             runner._count("runs_finished")
@@ -820,12 +850,12 @@ class Execution:
     def _readable(self, slot: _Slot) -> bool:
         """Whether the run's stream can read the slot directly (row-major, a numpy dtype)."""
         desc = slot.bound.memory.desc
-        return self._as_tensors or _reads_directly(desc)
+        return slot.lt.id in self._as_tensors or _reads_directly(desc)
 
     def _submit_read(self, slot: _Slot):
         """(host array, event) of a read of ``slot`` on the run's stream, after its producer;
         for Tensor outputs, (None, the producer's event)."""
-        if self._as_tensors:
+        if slot.lt.id in self._as_tensors:
             return None, slot.event
         memory = slot.bound.memory
         desc = memory.desc
@@ -834,7 +864,7 @@ class Execution:
         return out, self._stream.read(memory, out, deps=deps)
 
     def _finish(self, slot: _Slot, out) -> None:
-        if self._as_tensors:
+        if slot.lt.id in self._as_tensors:
             self._results[slot.lt.id] = slot.tensor
             return
         # An empty output's buffer is a one-element placeholder (LogicalTensor.memory_desc).
