@@ -31,6 +31,7 @@ the thread ends.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
 import threading
@@ -144,7 +145,7 @@ class BlockingPortal:
         return self.run(runtime.engine, kind, index)
 
     def map(self, runner, inputs, *, stream, max_in_flight: int = 4, deps=(),
-            as_tensors: bool = False) -> BlockingPipeline:
+            as_tensors: bool | collections.abc.Iterable[int] = False) -> BlockingPipeline:
         """``runner.map(...)`` as a plain iterator over the results, in input order::
 
             for outputs in portal.map(runner, inputs, stream=stream, max_in_flight=4):

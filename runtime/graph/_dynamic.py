@@ -39,6 +39,9 @@ def _shape_of(value) -> tuple[int, ...]:
         return tuple(value.desc.dims)
     return tuple(np.shape(value))
 
+# run/map's choice of outputs kept on the device: all (True), none (False) or these ids.
+_AsTensors = bool | collections.abc.Iterable[int]
+
 
 class DynamicGraphRunner:
     """A graph compiled per set of input shapes, on first use (see the module docstring)."""
@@ -88,12 +91,12 @@ class DynamicGraphRunner:
             else:
                 self._constants[lt_id] = value if isinstance(value, (Tensor, Memory)) else np.array(value)
 
-    async def run(self, stream: Stream, inputs, *, deps=(), outputs=None, as_tensors: bool = False) -> dict:
+    async def run(self, stream: Stream, inputs, *, deps=(), outputs=None, as_tensors: _AsTensors = False) -> dict:
         """``GraphRunner.run`` on the runner of these inputs' shapes (compiled first if new)."""
         runner = await self._runner_for(inputs)
         return await runner.run(stream, inputs, deps=deps, outputs=outputs, as_tensors=as_tensors)
 
-    def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(), as_tensors: bool = False) -> Pipeline:
+    def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(), as_tensors: _AsTensors = False) -> Pipeline:
         """``GraphRunner.map``; each request runs on the runner of its inputs' shapes."""
         check_stream(stream, self.engine)
         deps = list(check_deps(deps))
@@ -154,7 +157,7 @@ class _Request:
     """One ``map`` request of a dynamic runner: its arrays copied when it starts (the iterable
     may reuse them), its runner found or compiled when it runs."""
 
-    def __init__(self, runner: DynamicGraphRunner, stream: Stream, item, deps: list, as_tensors: bool) -> None:
+    def __init__(self, runner: DynamicGraphRunner, stream: Stream, item, deps: list, as_tensors: _AsTensors) -> None:
         if isinstance(item, collections.abc.Mapping):
             item = {k: v if isinstance(v, (Tensor, Memory)) else np.array(v) for k, v in item.items()}
         self._runner, self._stream, self._item = runner, stream, item
