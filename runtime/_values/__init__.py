@@ -6,8 +6,10 @@ kernels generate from these values, actors key caches on them, the public API re
 
 from ._binary_desc import BinaryDesc as BinaryDesc
 from ._concat_desc import ConcatDesc as ConcatDesc
+from ._convolution_bwd_weights_desc import ConvolutionBackwardWeightsDesc as ConvolutionBackwardWeightsDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
 from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
+from ._dropout_desc import DropoutDesc as DropoutDesc  # Dropout (issue 21)
 from ._dynamic_quantize_desc import DynamicQuantizeDesc as DynamicQuantizeDesc
 from ._eltwise_bwd_desc import EltwiseBackwardDesc as EltwiseBackwardDesc
 from ._eltwise_desc import EltwiseDesc as EltwiseDesc
@@ -35,6 +37,9 @@ from ._keys import PrimitiveImpl as PrimitiveImpl
 from ._keys import PrimitiveKey as PrimitiveKey
 from ._matmul_desc import MatmulDesc as MatmulDesc
 from ._memory_desc import MemoryDesc as MemoryDesc
+from ._normalization_bwd_desc import BatchNormBackwardDesc as BatchNormBackwardDesc
+from ._normalization_bwd_desc import BatchNormTrainingDesc as BatchNormTrainingDesc
+from ._normalization_bwd_desc import LayerNormBackwardDesc as LayerNormBackwardDesc
 from ._normalization_desc import BatchNormInferenceDesc as BatchNormInferenceDesc
 from ._normalization_desc import GroupNormDesc as GroupNormDesc
 from ._normalization_desc import LayerNormDesc as LayerNormDesc
@@ -43,13 +48,17 @@ from ._op_desc import OP_KINDS as OP_KINDS
 from ._op_desc import Arg as Arg
 from ._op_desc import OpDesc as OpDesc
 from ._op_desc import op_kind as op_kind
+from ._pooling_bwd_desc import PoolingBackwardDesc as PoolingBackwardDesc
 from ._pooling_desc import PoolingDesc as PoolingDesc
+from ._prelu_bwd_desc import PreluBackwardDesc as PreluBackwardDesc
 from ._prelu_desc import PreluDesc as PreluDesc
 from ._quantize_desc import QuantizeDesc as QuantizeDesc
 from ._reduction_desc import ReductionDesc as ReductionDesc
 from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc
 from ._resampling_desc import ResamplingDesc as ResamplingDesc
+from ._resampling_bwd_desc import ResamplingBackwardDesc as ResamplingBackwardDesc
 from ._sdpa_desc import SdpaDesc as SdpaDesc
 from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
+from ._softmax_bwd_desc import SoftmaxBackwardDesc as SoftmaxBackwardDesc
 from ._sum_desc import SumDesc as SumDesc

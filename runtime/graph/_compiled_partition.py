@@ -389,7 +389,8 @@ def _shaped(lt: LogicalTensor, shapes: dict, ports: dict[int, LogicalTensor]) ->
 # The ops that take s64 tensors (oneDNN Graph's dropout seeds and offsets): they move and
 # convert values. Kernels compute in f32, exact only to 2**24, so arithmetic on s64 would
 # quietly round seeds; it is refused instead.
-_S64_KINDS = frozenset({"Reorder", "TypeCast", "StaticReshape", "StaticTranspose", "End"})
+_S64_KINDS = frozenset({"Reorder", "TypeCast", "StaticReshape", "StaticTranspose", "End",
+                        "Dropout"})  # Dropout (issue 21): its kernel reads seed/offset as 64-bit
 
 
 def _check_s64(ops: list[Op]) -> None:

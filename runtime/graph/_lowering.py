@@ -17,29 +17,39 @@ from collections.abc import Callable
 import attrs
 
 from .._values import (
+    BatchNormBackwardDesc,  # normalization training (issue 21)
     BatchNormInferenceDesc,
+    BatchNormTrainingDesc,  # normalization training (issue 21)
     BinaryDesc,
     ConcatDesc,
+    ConvolutionBackwardWeightsDesc,
     ConvolutionDesc,
     DeconvolutionDesc,
+    DropoutDesc,  # Dropout (issue 21)
     DynamicQuantizeDesc,
     EltwiseBackwardDesc,
     EltwiseDesc,
     GenIndexDesc,
     GroupNormDesc,
+    LayerNormBackwardDesc,  # normalization training (issue 21)
     LayerNormDesc,
     MatmulDesc,
+    PoolingBackwardDesc,
     PoolingDesc,
+    PreluBackwardDesc,
     PreluDesc,
     QuantizeDesc,
     ReductionDesc,
     ReorderDesc,
+    ResamplingBackwardDesc,
     ResamplingDesc,
     RMSNormDesc,
     SdpaDesc,
+    SoftmaxBackwardDesc,
     SoftmaxDesc,
 )
 from .._values._algorithms import eltwise_parameters as eltwise_defaults
+from .._values._deconvolution_desc import deconv_out_size
 from .._values._errors import UnsupportedError
 from .._values._memory_desc import MemoryDesc
 from .._values._op_desc import OpDesc
@@ -47,6 +57,7 @@ from ._logical_tensor import LogicalTensor, dense_strides, known_shape, storage_
 from ._op import Op
 from ._op_schema import ELTWISE_BACKWARD_KINDS, UNARY_ELTWISE_KINDS, eltwise_backward_parameters, eltwise_parameters
 from ._shape_inference import (
+    conv_backward_geometry,
     conv_transpose_geometry,
     conv_transpose_weights_order,
     prelu_slope_shape,
@@ -533,6 +544,53 @@ def _lower_pool(b: Builder, op: Op) -> None:
     src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
     if a.get("data_format", "NXC") == "NXC":
         src, dst = _channels_first(src), _channels_first(dst)
+# -- convolution backward (training) -------------------------------------------------------------
+# Each of the four works on one convolution (conv_backward_geometry): ConvolutionBackwardData is
+# that convolution transposed (a DeconvolutionDesc with the same weights), ConvTransposeBackwardData
+# is it forward (a ConvolutionDesc), and both weights gradients are ConvolutionBackwardWeightsDesc,
+# the ConvTranspose one with src and diff_dst swapped. The weights are views in (OC, C/groups, k...)
+# order, so no copy is made for any weights_format.
+
+
+def _lower_conv_backward(b: Builder, op: Op) -> None:
+    a = op.attrs
+    geometry = conv_backward_geometry(op.kind, a, [known_shape(lt) for lt in op.inputs])
+    nxc = a.get("data_format", "NXC") == "NXC"
+
+    def data(view: View) -> View:
+        return _channels_first(view) if nxc else view
+
+    s, pl, pr, dil, groups = (geometry.strides, geometry.pads_begin, geometry.pads_end, geometry.dilations,
+                              geometry.groups)
+    if op.kind.endswith("Weights"):
+        src, diff_dst = data(b.view(op.inputs[0])), data(b.view(op.inputs[1]))
+        if op.kind == "ConvTransposeBackwardWeights":
+            src, diff_dst = diff_dst, src
+        diff_weights = permuted(b.output(op.outputs[0]), geometry.weights_order)
+        b.run(op, lambda src, diff_dst, diff_weights: ConvolutionBackwardWeightsDesc(
+                  src, diff_dst, diff_weights, strides=s, padding_l=pl, padding_r=pr, dilation=dil, groups=groups),
+              {"src": src, "diff_dst": diff_dst}, {"diff_weights": diff_weights})
+        return
+    diff_dst = data(b.view(op.inputs[0]))
+    weights = permuted(b.view(op.inputs[1]), geometry.weights_order)
+    diff_src = data(b.output(op.outputs[0]))
+    if op.kind == "ConvTransposeBackwardData":
+        b.run(op, lambda src, weights, dst: ConvolutionDesc(src, weights, dst, strides=s, padding_l=pl, padding_r=pr,
+                                                            dilation=dil, groups=groups),
+              {"src": diff_dst, "weights": weights}, {"dst": diff_src})
+        return
+    # The stride may leave trailing rows of the convolution's src that no output read: output_padding
+    # adds them back, and their gradient (no tap reaches them) is zero.
+    nsp = len(geometry.strides)
+    output_padding = tuple(
+        geometry.conv_src[2 + i] - deconv_out_size(geometry.conv_dst[2 + i], geometry.weights[2 + i],
+                                                   geometry.strides[i], geometry.pads_begin[i],
+                                                   geometry.pads_end[i], geometry.dilations[i])
+        for i in range(nsp))
+    b.run(op, lambda src, weights, dst: DeconvolutionDesc(src, weights, dst, strides=s, padding_l=pl, padding_r=pr,
+                                                          dilation=dil, groups=groups, output_padding=output_padding),
+          {"src": diff_dst, "weights": weights}, {"dst": diff_src})
+
     nsp = src.desc.ndims - 2
     kernel = tuple(a["kernel"])
     strides = tuple(a.get("strides", [1] * nsp))
@@ -553,6 +611,36 @@ def _lower_interpolate(b: Builder, op: Op) -> None:
     if a.get("data_format", "NXC") == "NXC":
         src, dst = _channels_first(src), _channels_first(dst)
     alg = "nearest" if a["mode"] == "nearest" else "linear"  # bilinear, trilinear: linear by rank
+# -- pooling backward (issue 21) --
+def _lower_pool_backward(b: Builder, op: Op) -> None:
+    # The geometry as _lower_pool's, taken on diff_src (the forward's src); AvgPoolBackward's
+    # optional src_shape input adds nothing diff_src's shape does not say.
+    a = op.attrs
+    is_max = op.kind == "MaxPoolBackward"
+    inputs = {"diff_dst": b.view(op.inputs[1] if is_max else op.inputs[0])}
+    if is_max:
+        inputs["src"] = b.view(op.inputs[0])
+    diff_src = b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        inputs = {name: _channels_first(view) for name, view in inputs.items()}
+        diff_src = _channels_first(diff_src)
+    nsp = diff_src.desc.ndims - 2
+    kernel = tuple(a["kernel"])
+    strides = tuple(a.get("strides", [1] * nsp))
+    dilations = tuple(a.get("dilations", [1] * nsp)) if is_max else (1,) * nsp
+    begin, end = _pads(a, diff_src.desc.dims[2:], kernel, strides, dilations, inputs["diff_dst"].desc.dims[2:])
+    if is_max:
+        alg = "max"
+    else:
+        alg = "avg_exclude_padding" if a.get("exclude_pad", False) else "avg_include_padding"
+
+    def make(diff_dst, diff_src, src=None):
+        return PoolingBackwardDesc(alg, diff_dst, diff_src, src, kernel=kernel, strides=strides,
+                                   padding_l=begin, padding_r=end, dilation=dilations)
+
+    b.run(op, make, inputs, {"diff_src": diff_src})
+
+
     align = a.get("coordinate_transformation_mode", "half_pixel") == "align_corners"
     b.run(op, lambda src, dst: ResamplingDesc(alg, src, dst, align_corners=align), {"src": src}, {"dst": dst})
 
@@ -577,6 +665,47 @@ def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
     begin = begin_axis % len(shape)
     if begin == len(shape) - 1:
         return views
+# -- softmax, PReLU and Interpolate backward (training; issue 21) ---------------------------------
+
+
+def _lower_softmax_backward(b: Builder, op: Op) -> None:
+    alg = "logsoftmax" if op.kind == "LogSoftmaxBackward" else "softmax"
+    axis = op.attrs.get("axis", 1)
+    b.run(op, lambda diff_dst, dst, diff_src: SoftmaxBackwardDesc(alg, dst, diff_dst, diff_src, axis),
+          {"diff_dst": b.view(op.inputs[0]), "dst": b.view(op.inputs[1])}, {"diff_src": b.output(op.outputs[0])})
+
+
+def _placed_slope(view: View, placed: tuple[int, ...]) -> View:
+    """A slope (or its gradient) as the dims ``placed`` it broadcasts to src with, as
+    ``_lower_prelu`` places it: right-aligned, or a 1-D slope on NCX's channel dim."""
+    pad = len(placed) - view.desc.ndims
+    if placed == (1,) * pad + view.desc.dims:
+        strides = (1,) * pad + view.desc.strides
+    else:
+        strides = tuple(view.desc.strides[0] if d != 1 else 1 for d in placed)
+    return View(view.slot, MemoryDesc(placed, view.desc.dtype, strides))
+
+
+def _lower_prelu_backward(b: Builder, op: Op) -> None:
+    placed = prelu_slope_shape(op.kind, op.attrs, known_shape(op.inputs[0]), known_shape(op.inputs[1]))
+    inputs = {"src": b.view(op.inputs[0]), "weights": _placed_slope(b.view(op.inputs[1]), placed),
+              "diff_dst": b.view(op.inputs[2])}
+    outputs = {"diff_src": b.output(op.outputs[0]), "diff_weights": _placed_slope(b.output(op.outputs[1]), placed)}
+    b.run(op, lambda src, weights, diff_dst, diff_src, diff_weights: PreluBackwardDesc(
+              src, weights, diff_dst, diff_src, diff_weights), inputs, outputs)
+
+
+def _lower_interpolate_backward(b: Builder, op: Op) -> None:
+    a = op.attrs
+    diff_dst, diff_src = b.view(op.inputs[1]), b.output(op.outputs[0])  # src: diff_src's shape only
+    if a.get("data_format", "NXC") == "NXC":
+        diff_dst, diff_src = _channels_first(diff_dst), _channels_first(diff_src)
+    alg = "nearest" if a["mode"] == "nearest" else "linear"
+    align = a.get("coordinate_transformation_mode", "half_pixel") == "align_corners"
+    b.run(op, lambda diff_dst, diff_src: ResamplingBackwardDesc(alg, diff_dst, diff_src, align_corners=align),
+          {"diff_dst": diff_dst}, {"diff_src": diff_src})
+
+
     outer, inner = math.prod(shape[:begin]), math.prod(shape[begin:])
     out = {}
     for name, view in views.items():
@@ -638,6 +767,71 @@ def _lower_group_norm(b: Builder, op: Op) -> None:
     if a.get("data_format", "NXC") == "NXC":
         src, dst = _channels_first(src), _channels_first(dst)
     inputs = {"src": src}
+# -- normalization training (issue 21) --
+
+
+def _lower_batch_norm_training(b: Builder, op: Op) -> None:
+    """BatchNormForwardTraining: inputs src, the old running mean and variance, [gamma, beta];
+    outputs dst, the new running mean and variance, the batch mean and variance."""
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    inputs = {"src": src, "running_mean": b.view(op.inputs[1]), "running_variance": b.view(op.inputs[2])}
+    if len(op.inputs) == 5:
+        inputs["scale"], inputs["shift"] = b.view(op.inputs[3]), b.view(op.inputs[4])
+    outputs = {"dst": dst}
+    for name, lt in zip(("running_mean_dst", "running_variance_dst", "mean", "variance"), op.outputs[1:]):
+        outputs[name] = b.output(lt)
+    eps, momentum = a["epsilon"], a.get("momentum", 0.5)
+    b.run(op, lambda src, dst, **named: BatchNormTrainingDesc(src, dst, eps, momentum, **named), inputs, outputs)
+
+
+def _lower_batch_norm_backward(b: Builder, op: Op) -> None:
+    """BatchNormTrainingBackward: gamma counts only with diff_gamma and diff_beta asked for, as
+    oneDNN's documentation says."""
+    a = op.attrs
+    src, diff_dst = b.view(op.inputs[0]), b.view(op.inputs[1])
+    diff_src = b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, diff_dst, diff_src = (_channels_first(v) for v in (src, diff_dst, diff_src))
+    inputs = {"src": src, "diff_dst": diff_dst, "mean": b.view(op.inputs[2]), "variance": b.view(op.inputs[3])}
+    outputs = {"diff_src": diff_src}
+    if len(op.outputs) == 3:
+        outputs["diff_scale"], outputs["diff_shift"] = b.output(op.outputs[1]), b.output(op.outputs[2])
+        if len(op.inputs) == 5:
+            inputs["scale"] = b.view(op.inputs[4])
+    eps = a["epsilon"]
+    b.run(op, lambda src, diff_dst, mean, variance, diff_src, **named: BatchNormBackwardDesc(
+        src, diff_dst, mean, variance, diff_src, eps, **named), inputs, outputs)
+
+
+def _lower_layer_norm_backward(b: Builder, op: Op) -> None:
+    """LayerNormBackward over the dims from begin_norm_axis, collapsed into one (copies where the
+    layout cannot be read so)."""
+    a = op.attrs
+    inputs = {name: b.view(lt) for name, lt in zip(("src", "diff_dst", "mean", "variance"), op.inputs)}
+    if a.get("use_affine", True) and len(op.inputs) >= 5:
+        inputs["scale"] = b.view(op.inputs[4])
+    outputs = {"diff_src": b.output(op.outputs[0])}
+    if len(op.outputs) == 3:
+        outputs["diff_scale"], outputs["diff_shift"] = b.output(op.outputs[1]), b.output(op.outputs[2])
+    shape = known_shape(op.inputs[0])
+    begin = a.get("begin_norm_axis", -1) % len(shape)
+    if begin != len(shape) - 1:
+        outer, inner = math.prod(shape[:begin]), math.prod(shape[begin:])
+        for name, view in inputs.items():
+            dims = {"src": (outer, inner), "diff_dst": (outer, inner), "mean": (outer,), "variance": (outer,)}
+            inputs[name] = _as_dims(b, op, view, dims.get(name, (inner,)))
+        for name, view in outputs.items():
+            if not _row_major(view.desc):
+                raise UnsupportedError(f"{op.kind} {op.id}: a strided {name} over several normalised dims")
+            outputs[name] = _row_major_as(view, (outer, inner) if name == "diff_src" else (inner,))
+    eps = a.get("epsilon", 1e-5)
+    b.run(op, lambda src, diff_dst, mean, variance, diff_src, **named: LayerNormBackwardDesc(
+        src, diff_dst, mean, variance, diff_src, eps, **named), inputs, outputs)
+
+
     if a.get("use_affine", True) and len(op.inputs) >= 3:
         inputs["scale"], inputs["shift"] = b.view(op.inputs[1]), b.view(op.inputs[2])
     outputs = {"dst": dst}
@@ -750,6 +944,17 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     **{kind: _lower_binary for kind in _BINARY},
     "Select": _lower_select,
     "PReLU": _lower_prelu,
+# Dropout (issue 21): seed, offset and probability stay device buffers (a host scalar is
+# uploaded per execution), so one compiled partition serves every seed.
+def _lower_dropout(b: Builder, op: Op) -> None:
+    inputs = {name: b.view(lt) for name, lt in zip(("src", "seed", "offset", "probability"), op.inputs)}
+    outputs = {"dst": b.output(op.outputs[0])}
+    if len(op.outputs) > 1:
+        outputs["mask"] = b.output(op.outputs[1])
+    b.run(op, lambda src, seed, offset, probability, dst, mask=None: DropoutDesc(
+              src, seed, offset, probability, dst, mask), inputs, outputs)
+
+
     "SquaredDifference": _lower_squared_difference,
     "BiasAdd": _lower_bias_add,
     "MatMul": _lower_matmul,
@@ -761,14 +966,29 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
     "SoftMax": _lower_softmax,
     "LogSoftmax": _lower_softmax,
     "LayerNorm": _lower_layer_norm,
+    # convolution backward (training)
+    "ConvolutionBackwardData": _lower_conv_backward,
+    "ConvolutionBackwardWeights": _lower_conv_backward,
+    "ConvTransposeBackwardData": _lower_conv_backward,
+    "ConvTransposeBackwardWeights": _lower_conv_backward,
     "RMSNorm": _lower_rms_norm,
     "BatchNormInference": _lower_batch_norm,
+    "MaxPoolBackward": _lower_pool_backward,  # pooling backward (issue 21)
+    "AvgPoolBackward": _lower_pool_backward,
     "GroupNorm": _lower_group_norm,
     **{kind: _lower_reduce for kind in _REDUCE},
     "Reorder": _lower_reorder,
+    # softmax, PReLU and Interpolate backward (issue 21)
+    "SoftMaxBackward": _lower_softmax_backward,
+    "LogSoftmaxBackward": _lower_softmax_backward,
+    "PReLUBackward": _lower_prelu_backward,
+    "InterpolateBackward": _lower_interpolate_backward,
     "Quantize": _lower_quantize,
     "DynamicQuantize": _lower_dynamic_quantize,
     "DynamicDequantize": _lower_dynamic_quantize,
+    "BatchNormForwardTraining": _lower_batch_norm_training,  # normalization training (issue 21)
+    "BatchNormTrainingBackward": _lower_batch_norm_backward,
+    "LayerNormBackward": _lower_layer_norm_backward,
     "Dequantize": _lower_quantize,
     "TypeCast": _lower_reorder,
     "StaticReshape": _lower_reshape,
@@ -781,8 +1001,9 @@ LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
 def is_supported(op: Op) -> bool:
     """Whether the op lowers, with every output it declares."""
     if op.kind not in LOWERINGS:
+    "Dropout": _lower_dropout,  # Dropout (issue 21)
         return False
-    if op.kind == "Interpolate" and op.attrs.get("mode") == "nearest" and \
+    if op.kind in ("Interpolate", "InterpolateBackward") and op.attrs.get("mode") == "nearest" and \
             op.attrs.get("coordinate_transformation_mode") == "align_corners":
         return False  # no rounding rule is defined for it (oneDNN runs no align_corners at all)
     return True

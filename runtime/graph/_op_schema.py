@@ -59,9 +59,11 @@ class OpSchema:
 
     ``category`` groups kinds by lowering: ``eltwise`` (one input, elementwise), ``binary``
     (two inputs, broadcasting), ``select``, ``matmul``, ``convolution``, ``deconvolution``,
-    ``pooling``, ``resampling``, ``norm``, ``softmax``, ``reduction``, ``reshape`` (data movement:
+    ``pooling``, ``resampling``, ``norm``, ``norm_training`` (batch norm training and the batch
+    and layer norm backward ops, issue 21), ``softmax``, ``reduction``, ``reshape`` (data movement:
     reshape, transpose, concat, reorder, typecast), ``bias``, ``index``, ``prelu``,
-    ``unsupported`` (recognised, not run) and ``special`` (Wildcard, End). ``algorithm`` is the name of
+    ``dropout`` (Dropout, issue 21), ``unsupported`` (recognised, not run) and ``special`` (Wildcard,
+    End). ``algorithm`` is the name of
     the matching algorithm of ``triodnn.kernels`` (eltwise alg, binary alg, reduction alg,
     pooling alg) where there is one; attribute-dependent eltwise parameters come from
     ``eltwise_parameters`` below.
@@ -165,6 +167,22 @@ def _pool(kind: str, algorithm: str | None) -> OpSchema:
     return OpSchema(kind, (1, 1), (1, 1), _attr_map(specs), "pooling", algorithm, ("src",))
 
 
+# -- pooling backward (issue 21) --
+def _pool_backward(kind: str) -> OpSchema:
+    # The forward's attributes, with rounding_type kept (oneDNN's backward op_def omits it; a graph
+    # setting it still says how diff_dst was shaped). MaxPoolBackward reads the maxima from the
+    # forward's src; AvgPoolBackward gets the forward's src shape as an attribute or as input 1
+    # (the attribute rules here: the input's values are not known when shapes are inferred).
+    forward = _pool(kind[:-len("Backward")], None)
+    specs = list(forward.attrs.values())
+    if kind == "MaxPoolBackward":
+        return OpSchema(kind, (2, 2), (1, 1), _attr_map(specs), "pooling_backward", "max",
+                        ("src", "diff_dst"), ("diff_src",))
+    specs.append(AttrSpec("src_shape", "s64[]", minimum=0))
+    return OpSchema(kind, (1, 2), (1, 1), _attr_map(specs), "pooling_backward", None,
+                    ("diff_dst", "src_shape"), ("diff_src",))
+
+
 def _schemas() -> dict[str, OpSchema]:
     conv_attrs = [
         AttrSpec("strides", "s64[]", required=True, minimum=1),
@@ -192,6 +210,28 @@ def _schemas() -> dict[str, OpSchema]:
             AttrSpec("weights_format", "string", default="XOI", choices=CONV_TRANSPOSE_WEIGHTS_FORMATS),
             AttrSpec("output_padding", "s64[]", minimum=0),
         ]), "deconvolution", None, ("src", "weights", "bias")),
+        # -- convolution backward (training) --
+        # dst_shape / weights_shape: the output's shape in data_format / weights_format; oneDNN's
+        # default is DNNL_MAX_NDIMS zeros, read as unset. The optional third input (the shape as a
+        # tensor) is accepted as oneDNN's op_def does; the shape still comes from the attribute.
+        OpSchema("ConvolutionBackwardData", (2, 3), (1, 1), _attr_map([
+            *conv_attrs,
+            AttrSpec("output_padding", "s64[]", minimum=0),
+            AttrSpec("dst_shape", "s64[]", minimum=0),
+        ]), "convolution_backward", None, ("diff_dst", "weights", "dst_shape"), ("diff_src",)),
+        OpSchema("ConvolutionBackwardWeights", (2, 3), (1, 1), _attr_map([
+            *conv_attrs,
+            AttrSpec("weights_shape", "s64[]", minimum=0),
+        ]), "convolution_backward", None, ("src", "diff_dst", "weights_shape"), ("diff_weights",)),
+        OpSchema("ConvTransposeBackwardData", (2, 2), (1, 1), _attr_map([
+            *(spec for spec in conv_attrs if spec.name != "weights_format"),
+            AttrSpec("weights_format", "string", default="XOI", choices=CONV_TRANSPOSE_WEIGHTS_FORMATS),
+        ]), "convolution_backward", None, ("diff_dst", "weights"), ("diff_src",)),
+        OpSchema("ConvTransposeBackwardWeights", (2, 3), (1, 1), _attr_map([
+            *(spec for spec in conv_attrs if spec.name != "weights_format"),
+            AttrSpec("weights_format", "string", default="XOI", choices=CONV_TRANSPOSE_WEIGHTS_FORMATS),
+            AttrSpec("weights_shape", "s64[]", minimum=0),
+        ]), "convolution_backward", None, ("src", "diff_dst", "weights_shape"), ("diff_weights",)),
         OpSchema("BiasAdd", (2, 2), (1, 1), _attr_map([_data_format()]), "bias", "add",
                  ("src", "bias")),
         _binary("Add", "add"),
@@ -270,8 +310,30 @@ def _schemas() -> dict[str, OpSchema]:
             AttrSpec("epsilon", "f32", required=True, minimum=0.0),
             _data_format(),
         ]), "norm", "batch_normalization", ("src", "gamma", "beta", "mean", "variance")),
+        # Normalization training (issue 21): oneDNN's op_def order, the optional inputs and outputs
+        # last. BatchNormForwardTraining's mean and variance are the old running statistics; its
+        # momentum has no default in op_def, oneDNN's backend takes 0.5.
+        OpSchema("BatchNormForwardTraining", (3, 5), (5, 5), _attr_map([
+            AttrSpec("epsilon", "f32", required=True, minimum=0.0),
+            AttrSpec("momentum", "f32", default=0.5),
+            _data_format(),
+        ]), "norm_training", "batch_normalization", ("src", "mean", "variance", "gamma", "beta"),
+            ("dst", "running_mean", "running_variance", "batch_mean", "batch_variance")),
+        OpSchema("BatchNormTrainingBackward", (4, 5), (1, 3), _attr_map([
+            AttrSpec("epsilon", "f32", required=True, minimum=0.0),
+            _data_format(),
+        ]), "norm_training", "batch_normalization", ("src", "diff_dst", "mean", "variance", "gamma"),
+            ("diff_src", "diff_gamma", "diff_beta")),
+        OpSchema("LayerNormBackward", (4, 6), (1, 3), _attr_map([
+            AttrSpec("begin_norm_axis", "s64", default=-1),
+            AttrSpec("use_affine", "bool", default=True),
+            AttrSpec("epsilon", "f32", default=1e-5, minimum=0.0),
+        ]), "norm_training", "layer_normalization", ("src", "diff_dst", "mean", "variance", "gamma", "beta"),
+            ("diff_src", "diff_gamma", "diff_beta")),
         _pool("MaxPool", "max"),
         _pool("AvgPool", None),  # avg_include_padding or avg_exclude_padding by exclude_pad
+        _pool_backward("MaxPoolBackward"),  # pooling backward (issue 21)
+        _pool_backward("AvgPoolBackward"),
         # Exactly one of sizes and scales (op_def_constraint's check_interpolate_sizes_scales);
         # the optional input 1 is the sizes as an s32 tensor, the output shape then given.
         OpSchema("Interpolate", (1, 2), (1, 1), _attr_map([
@@ -282,6 +344,26 @@ def _schemas() -> dict[str, OpSchema]:
                      choices=COORDINATE_TRANSFORMATION_MODES),
             _data_format(),
         ]), "resampling", None, ("src", "sizes")),
+        # -- softmax, PReLU and Interpolate backward (training; issue 21) --
+        # Input 0 is diff_dst, input 1 the forward's dst (oneDNN's op_def order).
+        OpSchema("SoftMaxBackward", (2, 2), (1, 1), _attr_map([AttrSpec("axis", "s64", default=1)]),
+                 "softmax_backward", "softmax", ("diff_dst", "dst"), ("diff_src",)),
+        OpSchema("LogSoftmaxBackward", (2, 2), (1, 1), _attr_map([AttrSpec("axis", "s64", default=-1)]),
+                 "softmax_backward", "logsoftmax", ("diff_dst", "dst"), ("diff_src",)),
+        # The slope is placed as PReLU's (per_channel_broadcast, which this op lacks, as true);
+        # diff_slope has its shape, the slope side summed over the dims it broadcasts on.
+        OpSchema("PReLUBackward", (3, 3), (2, 2), _attr_map([_data_format()]), "prelu_backward", None,
+                 ("src", "slope", "diff_dst"), ("diff_src", "diff_slope")),
+        # The forward's src gives diff_src's shape only; the optional sizes input is accepted as
+        # oneDNN's op_def does, diff_dst's shape saying the same.
+        OpSchema("InterpolateBackward", (2, 3), (1, 1), _attr_map([
+            AttrSpec("mode", "string", required=True, choices=INTERPOLATE_MODES),
+            AttrSpec("sizes", "s64[]", minimum=1),
+            AttrSpec("scales", "f32[]"),
+            AttrSpec("coordinate_transformation_mode", "string", default="half_pixel",
+                     choices=COORDINATE_TRANSFORMATION_MODES),
+            _data_format(),
+        ]), "resampling_backward", None, ("src", "diff_dst", "sizes"), ("diff_src",)),
         OpSchema("Reorder", (1, 1), (1, 1), {}, "reshape", None, ("src",)),
         # Static (de)quantization: scales and zero points are attributes (Quantize.md).
         *(OpSchema(kind, (1, 1), (1, 1), _attr_map([
@@ -309,6 +391,10 @@ def _schemas() -> dict[str, OpSchema]:
                  "reshape", None, ("src_i",)),
         OpSchema("GenIndex", (1, 1), (1, 1), _attr_map([AttrSpec("axis", "s64", required=True)]),
                  "index", None, ("src",)),
+        # Dropout (issue 21): one-element seed and offset (s64) and probability (f32), often
+        # host scalars; the u8 mask output is optional. No attributes (oneDNN's op_def).
+        OpSchema("Dropout", (4, 4), (1, 2), {}, "dropout", None, ("src", "seed", "offset", "probability"),
+                 ("dst", "mask")),
         _reduce("ReduceSum", "sum"),
         _reduce("ReduceMean", "mean"),
         _reduce("ReduceMax", "max"),
@@ -336,12 +422,7 @@ def _schemas() -> dict[str, OpSchema]:
 
 
 RECOGNISED_NOT_RUN = (
-    "AvgPoolBackward", "BatchNormForwardTraining", "BatchNormTrainingBackward",
-    "BiasAddBackward", "ConvTransposeBackwardData",
-    "ConvTransposeBackwardWeights", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
-    "InterpolateBackward",
-    "LayerNormBackward", "LogSoftmaxBackward", "MaxPoolBackward",
-    "PReLUBackward", "SoftMaxBackward",
+    "BiasAddBackward",
 )
 
 
@@ -523,10 +604,10 @@ def normalize_attrs(kind: str, attrs_: Mapping) -> dict:
 def _check_cross_attrs(kind: str, attrs_: dict) -> None:
     """Checks across attributes that need no shapes (op_def_constraint.cpp and friends)."""
     schema = OP_SCHEMAS[kind]
-    if schema.category in ("convolution", "deconvolution", "pooling"):
-        lengths = "kernel" if schema.category == "pooling" else "strides"
+    if schema.category in ("convolution", "deconvolution", "pooling", "convolution_backward", "pooling_backward"):
+        lengths = "kernel" if schema.category in ("pooling", "pooling_backward") else "strides"
         spatial = len(attrs_[lengths])
-        if kind == "MaxPool" and "dilations" not in attrs_:
+        if kind in ("MaxPool", "MaxPoolBackward") and "dilations" not in attrs_:
             attrs_["dilations"] = [1] * spatial
         # oneDNN reads empty pads as zeros (shape_infer.cpp); name the zeros here once.
         for pads in ("pads_begin", "pads_end"):
@@ -538,7 +619,7 @@ def _check_cross_attrs(kind: str, attrs_: dict) -> None:
                                   f"entries, {lengths} {attrs_[lengths]} has {spatial}")
         if spatial == 0:
             raise _fail(kind, f"attribute {lengths!r} is empty: no spatial dimension")
-    if kind == "Interpolate" and bool(attrs_.get("sizes")) == bool(attrs_.get("scales")):
+    if kind in ("Interpolate", "InterpolateBackward") and bool(attrs_.get("sizes")) == bool(attrs_.get("scales")):
         raise _fail(kind, "exactly one of the attributes 'sizes' and 'scales' must be given "
                           f"(sizes {attrs_.get('sizes')}, scales {attrs_.get('scales')})")
     if kind in ("Quantize", "Dequantize"):
@@ -578,6 +659,13 @@ def check_op(kind: str, attrs: Mapping, num_inputs: int, num_outputs: int) -> di
     out = normalize_attrs(kind, attrs)
     if kind == "LayerNorm" and out["keep_stats"] and num_outputs != 3:
         raise _fail(kind, f"keep_stats=True needs 3 outputs (dst, mean, variance), got {num_outputs}")
+    # Normalization training (issue 21): oneDNN's pairings of the optional arguments.
+    if kind == "BatchNormForwardTraining" and num_inputs == 4:
+        raise _fail(kind, "gamma and beta go together: 3 inputs (neither) or 5 (both), got 4")
+    if kind in ("BatchNormTrainingBackward", "LayerNormBackward") and num_outputs == 2:
+        raise _fail(kind, "diff_gamma and diff_beta go together: 1 output or 3, got 2")
+    if kind == "LayerNormBackward" and out["use_affine"] and num_inputs < 5:
+        raise _fail(kind, f"use_affine=True needs gamma (input 4): {num_inputs} inputs given")
     if schema.category == "reduction":
         has_attr = "axes" in attrs
         if has_attr == (num_inputs == 2):

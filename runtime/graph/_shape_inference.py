@@ -362,6 +362,120 @@ def _conv_transpose(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     out = (geometry.batch, geometry.out_channels, *geometry.out_spatial)
     return _ncx_to_nxc(out) if a["data_format"] == "NXC" else out
 
+# -- convolution backward (training): ConvolutionBackwardData/Weights, ConvTransposeBackwardData/Weights --
+
+
+@attrs.frozen(slots=True)
+class ConvBackwardGeometry:
+    """The convolution each of the four backward ops works on, channels first: for the
+    Convolution ops the forward one, for the ConvTranspose ops the one the transposed convolution
+    transposes (its src is ConvTranspose's dst). ``weights`` is that convolution's (OC, C/groups,
+    k...) shape, ``weights_order`` the axes of the op's weights tensor (in ``weights_format``)
+    that give it; pads are after ``auto_pad``; ``output`` is the op's output shape, in its format."""
+
+    conv_src: Shape
+    conv_dst: Shape
+    weights: Shape
+    weights_order: tuple[int, ...]
+    strides: Shape
+    dilations: Shape
+    pads_begin: Shape
+    pads_end: Shape
+    groups: int
+    output: Shape
+
+
+def _conv_weights_order(weights_format: str, ndims: int) -> tuple[int, ...]:
+    """Axes of Convolution weights in ``weights_format`` (XIO or OIX) that give (O, I, k...)."""
+    if weights_format == "XIO":
+        return (ndims - 1, ndims - 2, *range(ndims - 2))
+    return tuple(range(ndims))
+
+
+def _shape_attr(a: Mapping, name: str) -> Shape | None:
+    # oneDNN's default for dst_shape / weights_shape is DNNL_MAX_NDIMS zeros: unset.
+    value = a.get(name)
+    return tuple(value) if value and any(value) else None
+
+
+def conv_backward_geometry(kind: str, attrs_: Mapping, input_shapes: Sequence[Sequence[int]]) -> ConvBackwardGeometry:
+    """The geometry of a convolution backward op from its input shapes and attributes (the
+    output's shape from ``dst_shape`` / ``weights_shape`` where the inputs do not give it), or
+    ShapeInferenceError. Pads after ``auto_pad`` are oneDNN's forward rule on the convolution's
+    src spatial dims (shape_infer.cpp's bprop rules call infer_auto_pad so)."""
+    a = normalize_attrs(kind, attrs_)
+    shapes = [tuple(s) for s in input_shapes]
+    fmt, wfmt = a["data_format"], a["weights_format"]
+    transpose = kind.startswith("ConvTranspose")
+    weights_from_attr = kind.endswith("Weights")
+    conv_dst: Shape | None
+
+    def ncx(shape: Shape) -> Shape:
+        return _nxc_to_ncx(shape) if fmt == "NXC" else shape
+
+    if weights_from_attr:
+        wei = _shape_attr(a, "weights_shape")
+        if wei is None:
+            raise _error(kind, "needs the attribute weights_shape (the shape of diff_weights); a shape "
+                               "input alone is not read")
+        src, diff_dst = shapes[0], shapes[1]
+        # ConvTranspose's src is its convolution's dst.
+        conv_src, conv_dst = (ncx(diff_dst), ncx(src)) if transpose else (ncx(src), ncx(diff_dst))
+    else:
+        wei = shapes[1]
+        if transpose:
+            conv_src, conv_dst = ncx(shapes[0]), None
+        else:
+            dst_shape = _shape_attr(a, "dst_shape")
+            if dst_shape is None:
+                raise _error(kind, "needs the attribute dst_shape (the shape of diff_src); a shape input "
+                                   "alone is not read")
+            conv_src, conv_dst = ncx(dst_shape), ncx(shapes[0])
+    if not 3 <= len(conv_src) <= 5 or UNKNOWN in conv_src:
+        raise _error(kind, f"the convolution's src {_fmt(conv_src)} (NCX) needs a batch, a channel and 1 to 3 "
+                           "known spatial dims")
+    if len(wei) != len(conv_src):
+        raise _error(kind, f"weights shape {_fmt(wei)} rank differs from the data's {_fmt(conv_src)}")
+    order = conv_transpose_weights_order(wfmt, len(wei)) if transpose else _conv_weights_order(wfmt, len(wei))
+    weights = tuple(wei[axis] for axis in order)
+    nsp = len(conv_src) - 2
+    strides, dilations, groups = tuple(a["strides"]), tuple(a["dilations"]), a["groups"]
+    if len(strides) != nsp or len(dilations) != nsp:
+        raise _error(kind, f"strides {list(strides)} and dilations {list(dilations)} need {nsp} entries "
+                           f"for {nsp} spatial dims")
+    oc, icg, kernel = weights[0], weights[1], weights[2:]
+    if conv_src[1] != icg * groups or oc % groups:
+        raise _error(kind, f"channels disagree: the convolution's src {_fmt(conv_src)} (NCX) has "
+                           f"{conv_src[1]}, weights {_fmt(wei)} ({wfmt}) take {icg} per group in {groups} "
+                           f"groups and give {oc} outputs")
+    begin, end, out = [], [], []
+    for i in range(nsp):
+        pb, pe = auto_pads(conv_src[2 + i], strides[i], kernel[i], dilations[i], a["auto_pad"],
+                           a["pads_begin"][i], a["pads_end"][i])
+        begin.append(pb)
+        end.append(pe)
+        size = (conv_src[2 + i] + pb + pe - ((kernel[i] - 1) * dilations[i] + 1)) // strides[i] + 1
+        if size < 1:
+            raise _error(kind, f"spatial dim {i}: the convolution's src {_fmt(conv_src)}, kernel {kernel[i]}, "
+                               f"stride {strides[i]} and pads {pb}+{pe} leave no output")
+        out.append(size)
+    expected = (conv_src[0], oc, *out)
+    if conv_dst is None:
+        conv_dst = expected
+    elif UNKNOWN not in conv_dst and tuple(conv_dst) != expected:
+        raise _error(kind, f"the convolution's dst {_fmt(conv_dst)} (NCX) differs from {_fmt(expected)}, "
+                           f"what its src {_fmt(conv_src)}, weights {_fmt(wei)} and pads {begin}+{end} give")
+    if weights_from_attr:
+        output = wei
+    else:
+        data = conv_dst if transpose else conv_src
+        output = _ncx_to_nxc(data) if fmt == "NXC" else data
+    return ConvBackwardGeometry(
+        conv_src=tuple(conv_src), conv_dst=tuple(conv_dst), weights=weights, weights_order=order,
+        strides=strides, dilations=dilations, pads_begin=tuple(begin), pads_end=tuple(end), groups=groups,
+        output=tuple(output),
+    )
+
 
 # -- per-kind rules -------------------------------------------------------------------------
 
@@ -424,6 +538,32 @@ def _pool(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     return _ncx_to_nxc(out) if a["data_format"] == "NXC" else out
 
 
+# -- pooling backward (issue 21) --
+def pool_backward_src_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    """The forward's src shape of a MaxPoolBackward (its input 0) or AvgPoolBackward (its
+    ``src_shape`` attribute: a src_shape input's values are not known here), which is diff_src's."""
+    if kind == "MaxPoolBackward":
+        return tuple(shapes[0])
+    src = tuple(a.get("src_shape") or ())
+    if not any(src):  # oneDNN's unset value: empty, or zeros
+        raise _error(kind, "the src_shape attribute is not set; give it, or diff_src's shape")
+    if len(src) != len(shapes[0]):
+        raise _error(kind, f"src_shape {list(src)} and diff_dst {_fmt(shapes[0])} differ in rank")
+    return src
+
+
+def _pool_backward(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    src = pool_backward_src_shape(kind, a, shapes)
+    diff_dst = tuple(shapes[1] if kind == "MaxPoolBackward" else shapes[0])
+    pooled = _pool(kind, a, [src])
+    if len(diff_dst) != len(pooled) or any(
+        d != p and UNKNOWN not in (d, p) for d, p in zip(diff_dst, pooled)
+    ):
+        raise _error(kind, f"diff_dst shape {_fmt(diff_dst)} differs from {_fmt(pooled)}, the pooled "
+                           f"shape of src {_fmt(src)} ({a['data_format']})")
+    return src
+
+
 def norm_axes(kind: str, begin_norm_axis: int, ndim: int) -> tuple[int, ...]:
     """The axes LayerNorm/RMSNorm normalise over: ``begin_norm_axis`` to the last."""
     begin = _normal_axis(kind, begin_norm_axis, ndim, "begin_norm_axis")
@@ -465,6 +605,46 @@ def _batch_norm(kind: str, a: dict, shapes: list[Shape]) -> Shape:
             raise _error(kind, f"{name} shape {_fmt(shape)} must be [{channels}], the channels of "
                                f"src {_fmt(src)} ({a['data_format']})")
     return src
+
+
+# -- normalization training (issue 21) --
+
+
+def _norm_training(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
+    """BatchNormForwardTraining, BatchNormTrainingBackward, LayerNormBackward: the data inputs
+    (src, and diff_dst for the backward ops) alike; the rest per channel (batch) or per row and
+    per normalised element (layer)."""
+    src = shapes[0]
+    if len(src) < 2:
+        raise _error(kind, f"src {_fmt(src)} needs at least 2 dims")
+    data = 1 if kind == "BatchNormForwardTraining" else 2
+    for shape in shapes[1:data]:
+        if len(shape) != len(src) or any(UNKNOWN not in (d, e) and d != e for d, e in zip(shape, src)):
+            raise _error(kind, f"diff_dst shape {_fmt(shape)} differs from src shape {_fmt(src)}")
+    names = schema_of(kind).input_names[data:]
+    if kind == "LayerNormBackward":
+        begin = norm_axes(kind, a["begin_norm_axis"], len(src))[0]
+        rows, normalized = tuple(src[:begin]), tuple(src[begin:])
+        count = math.prod(normalized) if UNKNOWN not in normalized else UNKNOWN
+        for name, shape in zip(names, shapes[data:]):
+            if name in ("mean", "variance"):
+                ok = len(shape) == len(rows) and all(UNKNOWN in (d, e) or d == e for d, e in zip(shape, rows))
+                want = _fmt(rows)
+            else:
+                size = math.prod(shape) if UNKNOWN not in shape else UNKNOWN
+                ok = tuple(shape) == normalized or len(shape) == 1 and UNKNOWN in (size, count) or size == count
+                want = f"{_fmt(normalized)} (or flattened)"
+            if not ok:
+                raise _error(kind, f"{name} shape {_fmt(shape)} must be {want} for src {_fmt(src)} and "
+                                   f"begin_norm_axis {a['begin_norm_axis']}")
+        element = tuple(shapes[4]) if len(shapes) > 4 else normalized
+        return [src, element, element][:num_outputs]
+    channels = src[1] if a["data_format"] == "NCX" else src[-1]
+    for name, shape in zip(names, shapes[data:]):
+        if len(shape) != 1 or UNKNOWN not in (shape[0], channels) and shape[0] != channels:
+            raise _error(kind, f"{name} shape {_fmt(shape)} must be [{channels}], the channels of "
+                               f"src {_fmt(src)} ({a['data_format']})")
+    return [src, *[(channels,)] * 4][:num_outputs]
 
 
 def reshape_target(kind: str, attrs_: Mapping, src: Shape) -> Shape:
@@ -559,7 +739,8 @@ def prelu_slope_shape(kind: str, attrs_: Mapping, src: Shape, slope: Shape) -> S
     src, slope = tuple(src), tuple(slope)
     if len(slope) > len(src):
         raise _error(kind, f"slope {_fmt(slope)} has more dims than src {_fmt(src)}")
-    if len(slope) == 1 and len(src) >= 2 and a["per_channel_broadcast"] and slope[0] != 1:
+    # PReLUBackward has no per_channel_broadcast: its 1-D slope is always per channel.
+    if len(slope) == 1 and len(src) >= 2 and a.get("per_channel_broadcast", True) and slope[0] != 1:
         channel = 1 if a["data_format"] == "NCX" else len(src) - 1
         if UNKNOWN not in (slope[0], src[channel]) and slope[0] != src[channel]:
             raise _error(kind, f"slope {_fmt(slope)} must have the {src[channel]} channels of src "
@@ -596,6 +777,13 @@ def _interpolate(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     return tuple(out)
 
 
+def _same_known(kind: str, shape: Shape, want: Shape, name: str, other: str) -> None:
+    """ShapeInferenceError unless ``shape`` is ``want`` wherever both dims are known (issue 21's
+    backward ops: a gradient has the shape of the tensor it is the gradient of)."""
+    if len(shape) != len(want) or any(UNKNOWN not in (d, w) and d != w for d, w in zip(shape, want)):
+        raise _error(kind, f"{name} shape {_fmt(shape)} differs from {other} shape {_fmt(want)}")
+
+
 def _select(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     cond, src0, src1 = shapes
     if a["auto_broadcast"] == "none":
@@ -624,6 +812,7 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
                            f"{len(shapes)}")
     if num_outputs is None:
         num_outputs = 3 if kind in ("LayerNorm", "GroupNorm") and a["keep_stats"] else min(1, schema.num_outputs[1])
+        num_outputs = max(num_outputs, schema.num_outputs[0])  # BatchNormForwardTraining: all 5
     if not schema.num_outputs[0] <= num_outputs <= schema.num_outputs[1]:
         raise _error(kind, f"cannot have {num_outputs} outputs (schema: {schema.num_outputs})")
     category = schema.category
@@ -641,6 +830,11 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
     if kind == "GenIndex":
         _normal_axis(kind, a["axis"], len(shapes[0]))
         return [shapes[0]]
+    if kind == "Dropout":  # Dropout (issue 21): dst and mask shaped as src; scalars hold one value
+        for name, shape in zip(("seed", "offset", "probability"), shapes[1:]):
+            if all(d >= 0 for d in shape) and math.prod(shape) != 1:
+                raise _error(kind, f"{name} holds one value; its shape {_fmt(shape)} holds {math.prod(shape)}")
+        return [shapes[0]] * num_outputs
     if kind in ("DynamicQuantize", "DynamicDequantize"):
         quantization_groups(kind, a, shapes[0], shapes[1])
         if len(shapes) > 2 and tuple(shapes[2]) != tuple(shapes[1]) and math.prod(shapes[2]) != 1:
@@ -664,6 +858,18 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
     if kind == "PReLU":
         prelu_slope_shape(kind, a, shapes[0], shapes[1])
         return [shapes[0]]
+    # -- softmax, PReLU and Interpolate backward (issue 21) --
+    if category == "softmax_backward":
+        _normal_axis(kind, a["axis"], len(shapes[1]))
+        _same_known(kind, shapes[0], shapes[1], "diff_dst", "dst")
+        return [shapes[1]]
+    if kind == "PReLUBackward":
+        prelu_slope_shape(kind, a, shapes[0], shapes[1])
+        _same_known(kind, shapes[2], shapes[0], "diff_dst", "src")
+        return [shapes[0], shapes[1]][:num_outputs]
+    if kind == "InterpolateBackward":
+        _same_known(kind, shapes[1], _interpolate(kind, a, shapes[:1]), "diff_dst", "the forward's dst")
+        return [shapes[0]]
     if kind == "MatMul":
         return [_matmul(kind, a, shapes)]
     if kind == "BiasAdd":
@@ -672,8 +878,12 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return [_convolution(kind, a, shapes)]
     if kind == "ConvTranspose":
         return [_conv_transpose(kind, a, shapes)]
+    if category == "convolution_backward":
+        return [conv_backward_geometry(kind, a, shapes).output]
     if category == "pooling":
         return [_pool(kind, a, shapes)]
+    if category == "pooling_backward":
+        return [_pool_backward(kind, a, shapes)]
     if kind in ("SoftMax", "LogSoftmax"):
         src = shapes[0]
         axis = _normal_axis(kind, a["axis"], len(src))
@@ -685,6 +895,8 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
         return _rms_norm(kind, a, shapes, num_outputs)
     if kind == "BatchNormInference":
         return [_batch_norm(kind, a, shapes)]
+    if kind in ("BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward"):  # issue 21
+        return _norm_training(kind, a, shapes, num_outputs)
     if kind == "GroupNorm":
         src = shapes[0]
         channel = 1 if a["data_format"] == "NCX" else len(src) - 1
@@ -706,6 +918,7 @@ def infer_output_shapes(kind: str, attrs: Mapping, input_shapes: Sequence[Sequen
 
 
 __all__ = [
+    "UNKNOWN", "ConvBackwardGeometry", "conv_backward_geometry",
     "UNKNOWN", "ConvTransposeGeometry", "SpatialGeometry", "auto_pads", "conv_transpose_geometry",
     "conv_transpose_weights_order", "broadcast_shapes", "infer_output_shapes",
     "norm_axes", "prelu_slope_shape", "reduce_axes", "reshape_target", "spatial_geometry", "transpose_order",

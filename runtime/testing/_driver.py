@@ -22,13 +22,14 @@ import numpy as np
 from .. import _trace
 from .._runtime import open_runtime
 from .._stream import StreamFlags
+from .._values._dtypes import from_storage, to_storage  # Dropout (issue 21): _attention_stats
 from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError, UnsupportedError
 from ..graph import Graph, LogicalTensor, Tensor, from_dict
 from ..graph._logical_tensor import GRAPH_DTYPES, PROPERTY_TYPES, known_shape
-from ..graph._op_schema import OP_SCHEMAS
+from ..graph._op_schema import OP_SCHEMAS, schema_of
 from ..graph._shape_inference import infer_output_shapes
 from . import _benchdnn
-from ._filling import fill_input, tolerance
+from ._filling import batch_statistics, fill_input, tolerance
 from ._reference import reference
 
 _UNKNOWN = -(2**63)
@@ -150,6 +151,9 @@ def _consumer_kinds(graph: Graph, lt_id: int) -> set[str]:
     return {op.kind for op in graph.consumers(lt_id)}
 
 
+_NORM_TRAINING_KINDS = frozenset({"BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward"})
+
+
 def _role(graph: Graph, lt: LogicalTensor) -> str | None:
     """What a graph input is to its consumer, where filling needs to know (divisor, mask…)."""
     for op in graph.consumers(lt.id):
@@ -160,6 +164,12 @@ def _role(graph: Graph, lt: LogicalTensor) -> str | None:
             return "scale"  # attention's 1/sqrt(d): a power of two keeps the scores exact
         if op.kind == "BatchNormInference" and index == 4:
             return "variance"
+        if op.kind in _NORM_TRAINING_KINDS:  # issue 21: statistics and parameters by their input name
+            name = schema_of(op.kind).input_names[index]
+            if name in ("mean", "variance", "gamma", "beta"):
+                return name
+        if op.kind == "Dropout" and index == 3:  # Dropout (issue 21)
+            return "probability"
         if op.kind in ("Add",) and op.inputs[0].shape and lt.shape is not None and any(
                 c.kind in ("SoftMax", "LogSoftmax") for t in op.outputs for c in graph.consumers(t.id)):
             return "mask"
@@ -226,10 +236,54 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[int, np.ndarray]:
             continue
         arrays[lt.id] = fill_input(lt.dtype, known_shape(lt), _consumer_kinds(graph, lt.id), rng,
                                    role=_role(graph, lt))
+    # Issue 21: the backward normalizations get src's own statistics (see batch_statistics).
+    for op in graph.ops:
+        stats = op.inputs[2:4]
+        if op.kind in _NORM_TRAINING_KINDS - {"BatchNormForwardTraining"} and all(
+                lt.id in arrays for lt in (op.inputs[0], *stats)):
+            values = batch_statistics(op.kind, op.attrs, arrays[op.inputs[0].id], (stats[0].dtype, stats[1].dtype))
+            for lt, value in zip(stats, values):
+                arrays[lt.id] = value.reshape(known_shape(lt))
+    _attention_stats(graph, arrays)  # Dropout (issue 21)
     return arrays
 
 
-_SUMMING = frozenset({"MatMul", "Convolution"})
+# Dropout (issue 21): attention backward takes the forward softmax's row statistics as a graph
+# input (subtracted from the scores before Exp). Random ones overflow exp to inf and near
+# f32's top, where the partition's f32 sums and the float64 reference overflow differently
+# (dropout's 1 / (1 - p) makes it likelier). The scores' row maxima, what a forward pass gives,
+# keep exp <= 1.
+def _attention_stats(graph: Graph, arrays: dict[int, np.ndarray]) -> None:
+    inputs = {lt.id for lt in _graph_inputs(graph)}
+    targets = []
+    for op in graph.ops:
+        if op.kind != "Subtract" or op.inputs[1].id not in inputs or op.inputs[0].id in inputs:
+            continue
+        if any(c.kind == "Exp" for c in graph.consumers(op.outputs[0].id)):
+            targets.append((op.inputs[0].id, op.inputs[1]))
+    if not targets:
+        return
+    values = dict(arrays)
+    for op in graph.ops:
+        if all(scores in values for scores, _ in targets):
+            break
+        if op.kind == "End" or any(lt.id not in values for lt in op.inputs):
+            continue
+        results = reference(op.kind, op.attrs, [values[lt.id] for lt in op.inputs], [lt.dtype for lt in op.outputs])
+        values.update((lt.id, value) for lt, value in zip(op.outputs, results))
+    for scores, stats in targets:
+        if scores not in values or stats.dtype not in ("f32", "f16", "bf16"):
+            continue
+        row_max = np.max(np.asarray(values[scores], np.float64), axis=-1, keepdims=True)
+        if row_max.shape != known_shape(stats):
+            continue
+        row_max = np.where(np.isfinite(row_max), row_max, 0.0).astype(np.float32)
+        arrays[stats.id] = from_storage(to_storage(row_max, stats.dtype), stats.dtype).reshape(row_max.shape)
+
+
+# ReduceSum (Dropout, issue 21): attention backward's bf16 dK/dV group sums cancel to small
+# results whose rounding error is relative to the terms' sizes, as a dot product's.
+_SUMMING = frozenset({"MatMul", "Convolution", "ReduceSum"})
 
 
 def reference_outputs(graph: Graph, arrays: dict[int, np.ndarray]):
@@ -246,7 +300,7 @@ def reference_outputs(graph: Graph, arrays: dict[int, np.ndarray]):
         results = reference(op.kind, op.attrs, inputs, dtypes)
         for lt, value in zip(op.outputs, results):
             values[lt.id] = value
-        if op.kind in _SUMMING:
+        if op.kind in _SUMMING and len(inputs) <= (1 if op.kind == "ReduceSum" else 3):  # not axes tensors
             absolute = reference(op.kind, op.attrs, [np.abs(np.asarray(x, dtype=np.float32)) for x in inputs], ["f32"])
             magnitudes[op.outputs[0].id] = absolute[0]
     return values, magnitudes

@@ -12,23 +12,27 @@ Rules, in order (the first that applies wins):
 1. ``boolean``: a mix of True and False (both present when the tensor has two or more elements),
    so Select conditions take both branches.
 2. role ``"scale"``: a power of two from 1/8 to 4 (attention's 1/sqrt(d) or d scales, applied by
-   Multiply or Divide, stay exact).
+   Multiply or Divide, stay exact). Role ``"probability"`` (Dropout's): 1/2 or 3/4, whose
+   1 / (1 - p) scales are powers of two.
 3. role ``"mask"``: an additive attention mask, 0 or -inf, with the first element of every row
    (along the last axis) 0, so no row is masked entirely (``inf_as_zero`` tests set such rows
    on purpose).
 4. role ``"divisor"``, or a consumer among Log, Sqrt(Backward), Pow, Reciprocal: positive values. Divisors
    are powers of two from 1/2 to 4 (quotients exact); Log/Sqrt/Pow inputs are multiples of 1/8 in
    [1/8, 4] (exact in bf16 and f16, away from log's and sqrt's singular point).
-5. roles ``"variance"`` and ``"gamma"`` (BatchNormInference, LayerNorm, RMSNorm): positive
+5. roles ``"variance"`` and ``"gamma"`` (BatchNormInference, LayerNorm, RMSNorm and the
+   training ops BatchNormForwardTraining, BatchNormTrainingBackward, LayerNormBackward): positive
    multiples of 1/4 in [1/4, 2]; ``"beta"`` and ``"mean"``: multiples of 1/4 in [-2, 2].
 6. consumed by MatMul, Convolution, or a Divide with no role (it could be either operand):
    integers in [-4, 4], without 0 when a Divide consumes it. Sums of products of these stay
    exact in float32 for reductions of up to 2^20 terms.
-7. consumed by LayerNorm, RMSNorm or BatchNormInference: multiples of 1/16 in [-4, 4], so every
+7. consumed by LayerNorm, RMSNorm, BatchNormInference or a training one: multiples of 1/16 in [-4, 4], so every
    normalised row has a spread (nonzero variance).
 8. consumed only by transcendental eltwise ops (GELU, Tanh, Sigmoid, Exp, Elu, Mish, SoftPlus,
    and their Backward ops):
    multiples of 1/4 in [-4, 4], which cover the curved part of each function.
+8b. consumed only by SoftMaxBackward: multiples of 1/8 in [0, 1] (softmax's range); only by
+   LogSoftmaxBackward: multiples of 1/8 in [-2, 0] (logsoftmax's sign), see ``_float_values``.
 9. anything else (binary ops, softmax, reductions, data movement): integers in [-4, 4].
    Softmax sees differences of at most 8, far from exp's overflow.
 
@@ -50,17 +54,21 @@ import numpy as np
 
 from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
-from ..graph._op_schema import OP_SCHEMAS, schema_of
-from ..kernels import eltwise_bwd
+from ..graph._op_schema import OP_SCHEMAS, normalize_attrs, schema_of
+from ..graph._shape_inference import norm_axes
+from ..kernels import eltwise_bwd, normalization_bwd, softmax_bwd
 from ..kernels import tolerance as kt
 
 _POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
-_NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference"})
+_NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference",
+                         # normalization training (issue 21)
+                         "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward"})
 _TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus",
                                    "GELUBackward", "TanhBackward", "SigmoidBackward", "EluBackward",
                                    "MishBackward", "SoftPlusBackward"})
-ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance")
+ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance",
+         "probability")  # Dropout (issue 21)
 
 
 def _choice(rng: np.random.Generator, values, shape) -> np.ndarray:
@@ -71,6 +79,8 @@ def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.ran
                   role: str | None) -> np.ndarray:
     if role == "scale":
         return _choice(rng, [0.125, 0.25, 0.5, 1.0, 2.0, 4.0], shape)
+    if role == "probability":  # Dropout (issue 21): 1 / (1 - p) is 2 or 4, kept values exact
+        return _choice(rng, [0.5, 0.75], shape)
     if role == "mask":
         mask = np.where(rng.random(shape) < 0.5, 0.0, -np.inf)
         if mask.ndim:
@@ -93,6 +103,14 @@ def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.ran
         return rng.integers(-64, 65, size=shape) / 16.0
     if consumers and consumers <= _TRANSCENDENTAL_KINDS:
         return rng.integers(-16, 17, size=shape) / 4.0
+    # Softmax backward (issue 21): values a forward would give, softmax's in [0, 1] and
+    # logsoftmax's <= 0, multiples of 1/8. Both inputs follow the rule: logsoftmax's diff_dst of
+    # one sign keeps diff_dst - exp(dst) * sum(diff_dst) from cancelling, so exp's ulp errors
+    # stay relative to the result; softmax's products and sums stay exact.
+    if consumers == {"SoftMaxBackward"}:
+        return rng.integers(0, 9, size=shape) / 8.0
+    if consumers == {"LogSoftmaxBackward"}:
+        return rng.integers(-16, 1, size=shape) / 8.0
     return rng.integers(-4, 5, size=shape).astype(np.float64)
 
 
@@ -134,6 +152,29 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
     return _float_values(shape, consumers, rng, role).astype(np.float32)
 
 
+def batch_statistics(kind: str, attrs, src: np.ndarray, dtypes: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and biased variance of ``src`` that BatchNormTrainingBackward or LayerNormBackward
+    (``kind``, with ``attrs``) normalises by, as values of ``dtypes`` (mean's, variance's).
+
+    Filled independently, statistics that are not ``src``'s make ``(x - mean) * inv`` large and
+    diff_src a difference of terms hundreds of times its size, whose f32 rounding then exceeds any
+    threshold; benchdnn too feeds the backward passes the forward's statistics. They are rounded
+    to multiples of 1/16, as src's values are, so that ``x - mean`` and its products with diff_dst
+    stay exact: diff_gamma sums thousands of them, and rounded terms would leave it off by far more
+    than an ulp of its result (as a dot product's). (Issue 21.)"""
+    a = normalize_attrs(kind, attrs)
+    x = np.asarray(src, dtype=np.float64)
+    if kind == "LayerNormBackward":
+        axes = norm_axes(kind, a["begin_norm_axis"], x.ndim)
+    else:
+        channel = 1 if a["data_format"] == "NCX" else x.ndim - 1
+        axes = tuple(i for i in range(x.ndim) if i != channel)
+    stats = (np.round(x.mean(axis=axes) * 16) / 16, np.maximum(np.round(x.var(axis=axes) * 16), 1) / 16)
+    mean, variance = (from_storage(to_storage(v.astype(np.float32), dt), dt).reshape(v.shape)
+                      for v, dt in zip(stats, dtypes))
+    return mean, variance
+
+
 # -- tolerances -----------------------------------------------------------------------------
 
 _F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
@@ -160,7 +201,17 @@ def _primitive_thresholds() -> dict[str, float]:
         "MatMul": exact,
         "Convolution": exact,
         "ConvTranspose": exact,
+        # The convolution backward ops sum integer products too (default filling): exact.
+        **dict.fromkeys(("ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
+                         "ConvTransposeBackwardWeights"), exact),
         "PReLU": exact,  # one product of integers
+        # Backward ops of issue 21: PReLU's products and sums of integers are exact; softmax's
+        # is benchdnn's (4 times the forward's); interpolation sums up to 4 weighted terms a dim.
+        "PReLUBackward": exact,
+        "SoftMaxBackward": softmax_bwd.threshold("softmax"),
+        "LogSoftmaxBackward": softmax_bwd.threshold("logsoftmax"),
+        "InterpolateBackward": 4 * 4**3 * kt.BINARY,
+        "Dropout": kt.BINARY,  # Dropout (issue 21): one product by the f32 1 / (1 - p); mask exact
         # Linear interpolation: 2^d products of float32 weights summed (kernels.resampling).
         "Interpolate": 4 * 2**3 * kt.BINARY,
         # OpenCL's single-precision division and sqrt are within 2.5 and 3 ulp unless built with
@@ -168,6 +219,10 @@ def _primitive_thresholds() -> dict[str, float]:
         # kernels.tolerance.ELTWISE) covers both.
         "Divide": kt.ELTWISE,
         "AvgPool": kt.ELTWISE,  # an exact integer window sum, then one division
+        # Pooling backward (issue 21): max adds integer diff_dst elements (exact); avg adds a few
+        # quotients, one rounding each, far inside the eltwise bound.
+        "MaxPoolBackward": exact,
+        "AvgPoolBackward": kt.ELTWISE,
         "ReduceSum": kt.reduction("sum"),
         "ReduceMean": kt.reduction("mean"),
         "ReduceMax": kt.reduction("max"),
@@ -182,6 +237,10 @@ def _primitive_thresholds() -> dict[str, float]:
         "RMSNorm": kt.normalization("rms_normalization"),
         "GroupNorm": kt.normalization("group_normalization"),
         "BatchNormInference": kt.normalization("batch_normalization"),
+        # normalization training (issue 21): kernels/normalization_bwd.py's thresholds
+        "BatchNormForwardTraining": normalization_bwd.TRAINING,
+        "BatchNormTrainingBackward": normalization_bwd.BACKWARD,
+        "LayerNormBackward": normalization_bwd.BACKWARD,
     }
     for kind, schema in OP_SCHEMAS.items():
         if schema.unary_elementwise and schema.algorithm is not None and kind not in thresholds:
@@ -204,12 +263,20 @@ _INEXACT_KINDS = frozenset({
     "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
     "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
     "RMSNorm", "GroupNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
+    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # issue 21
     "EluBackward", "GELUBackward", "HardSigmoidBackward", "HardSwishBackward", "MishBackward",
     "SigmoidBackward", "SoftPlusBackward", "SqrtBackward", "TanhBackward",
+    "AvgPoolBackward",  # pooling backward (issue 21)
+    "LogSoftmaxBackward", "InterpolateBackward",  # softmax and interpolate backward (issue 21)
 })
 _ACCUMULATING_KINDS = frozenset({
     "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "GroupNorm",
     "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
+    "SoftMaxBackward", "LogSoftmaxBackward", "PReLUBackward", "InterpolateBackward",  # issue 21
+    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # issue 21
+    # convolution backward (training)
+    "ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
+    "ConvTransposeBackwardWeights",
 })
 # Rounding bounds of the narrow output types: one ulp relative to the value, 2^-7 for bf16
 # (8 significant bits) and 2^-10 for f16 (11 bits). Half an ulp is the rounding error of the

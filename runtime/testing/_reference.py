@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,10 +27,12 @@ from .._values._algorithms import eltwise_parameters as eltwise_defaults
 from .._values._errors import InvalidGraphError, UnsupportedError
 from ..graph._op_schema import check_op, eltwise_backward_parameters, eltwise_parameters, schema_of
 from ..graph._shape_inference import (
+    conv_backward_geometry,
     conv_transpose_geometry,
     conv_transpose_weights_order,
     infer_output_shapes,
     norm_axes,
+    pool_backward_src_shape,
     prelu_slope_shape,
     quantization_groups,
     reduce_axes,
@@ -37,11 +40,19 @@ from ..graph._shape_inference import (
     spatial_geometry,
     transpose_order,
 )
+from ..kernels import convolution as kernel_convolution
+from ..kernels import convolution_bwd_weights as kernel_convolution_bwd_weights
 from ..kernels import deconvolution as kernel_deconvolution
+from ..kernels import dropout as kernel_dropout  # Dropout (issue 21)
 from ..kernels import eltwise as kernel_eltwise
 from ..kernels import eltwise_bwd as kernel_eltwise_bwd
+from ..kernels import normalization_bwd as kernel_normalization_bwd  # issue 21
 from ..kernels import pooling as kernel_pooling
+from ..kernels import pooling_bwd as kernel_pooling_bwd  # pooling backward (issue 21)
+from ..kernels import prelu_bwd as kernel_prelu_bwd
 from ..kernels import resampling as kernel_resampling
+from ..kernels import resampling_bwd as kernel_resampling_bwd
+from ..kernels import softmax_bwd as kernel_softmax_bwd
 
 FLOAT_DTYPES = ("f32", "f16", "bf16")
 _INT4: dict[str, tuple[type[np.integer], tuple[int, int]]] = {"s4": (np.int8, (-8, 7)), "u4": (np.uint8, (0, 15))}
@@ -195,6 +206,28 @@ def _pool(kind: str, a: dict, src: np.ndarray) -> np.ndarray:
     return np.moveaxis(y, 1, -1) if a["data_format"] == "NXC" else y
 
 
+# -- pooling backward (issue 21) --
+def _pool_backward(kind: str, a: dict, values: list[np.ndarray]) -> np.ndarray:
+    is_max = kind == "MaxPoolBackward"
+    diff_dst = values[1] if is_max else values[0]
+    src_shape = pool_backward_src_shape(kind, a, [x.shape for x in values])
+    geometry = spatial_geometry(kind, a, src_shape)
+    nxc = a["data_format"] == "NXC"
+
+    def ncx(x: np.ndarray) -> np.ndarray:
+        return np.moveaxis(x, -1, 1) if nxc else x
+
+    src_dims = (geometry.batch, geometry.in_channels, *geometry.in_spatial)
+    # As _pool: the windows rounding_type="ceil" adds count as right padding.
+    y = _f64(kernel_pooling_bwd.reference(
+        "max" if is_max else ("avg_exclude_padding" if a["exclude_pad"] else "avg_include_padding"),
+        ncx(diff_dst), src_dims, src=ncx(values[0]) if is_max else None, kernel=geometry.kernel,
+        strides=geometry.strides, padding_l=geometry.pads_begin, padding_r=geometry.pads_end_ceil,
+        dilation=geometry.dilations,
+    ))
+    return np.moveaxis(y, 1, -1) if nxc else y
+
+
 # Softmax works on slices of at most this many elements: attention scores reach 75M elements
 # (GQA-f32: [32, 2, 8, 384, 384]), whose float64 temporaries would take gigabytes at once.
 _SOFTMAX_SLICE = 1 << 22
@@ -271,6 +304,49 @@ def _batch_norm(a: dict, inputs: list[np.ndarray]) -> np.ndarray:
     return (x - mean) / np.sqrt(variance + a["epsilon"]) * gamma + beta
 
 
+# -- normalization training (issue 21): the kernels' float64 references, channels moved to
+# dim 1 (batch) or the normalised dims flattened into the last (layer).
+
+
+def _channels_first(a: dict, x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, -1, 1) if a["data_format"] == "NXC" else x
+
+
+def _channels_back(a: dict, x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, 1, -1) if a["data_format"] == "NXC" else x
+
+
+def _batch_norm_training(a: dict, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    x, running_mean, running_variance = inputs[:3]
+    gamma, beta = inputs[3:5] if len(inputs) == 5 else (None, None)
+    out = kernel_normalization_bwd.batch_training_reference(
+        _channels_first(a, x), epsilon=a["epsilon"], momentum=a["momentum"], scale=gamma, shift=beta,
+        running_mean=running_mean, running_variance=running_variance)
+    return [_channels_back(a, out["dst"]), out["running_mean_dst"], out["running_variance_dst"],
+            out["mean"], out["variance"]]
+
+
+def _batch_norm_backward(a: dict, inputs: list[np.ndarray], num_outputs: int) -> list[np.ndarray]:
+    x, dd, mean, variance = inputs[:4]
+    gamma = inputs[4] if len(inputs) == 5 and num_outputs == 3 else None  # as the lowering: see there
+    out = kernel_normalization_bwd.batch_backward_reference(
+        _channels_first(a, x), _channels_first(a, dd), mean, variance, epsilon=a["epsilon"], scale=gamma)
+    return [_channels_back(a, out["diff_src"]), out["diff_scale"], out["diff_shift"]][:num_outputs]
+
+
+def _layer_norm_backward(a: dict, inputs: list[np.ndarray], num_outputs: int) -> list[np.ndarray]:
+    x, dd, mean, variance = inputs[:4]
+    begin = norm_axes("LayerNormBackward", a["begin_norm_axis"], x.ndim)[0]
+    rows, inner = x.shape[:begin], int(np.prod(x.shape[begin:]))
+    gamma = inputs[4].reshape(inner) if a["use_affine"] and len(inputs) > 4 else None
+    out = kernel_normalization_bwd.layer_backward_reference(
+        x.reshape(*rows, inner), dd.reshape(*rows, inner), mean.reshape(rows), variance.reshape(rows),
+        epsilon=a["epsilon"], scale=gamma)
+    element = inputs[4].shape if len(inputs) > 4 else x.shape[begin:]
+    return [out["diff_src"].reshape(x.shape), out["diff_scale"].reshape(element),
+            out["diff_shift"].reshape(element)][:num_outputs]
+
+
 def _bias_add(a: dict, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
     shape = [1] * x.ndim
     shape[1 if a["data_format"] == "NCX" else -1] = -1
@@ -296,6 +372,27 @@ def _interpolate(a: dict, x: np.ndarray) -> np.ndarray:
     return np.moveaxis(y, 1, -1) if nxc else y
 
 
+# -- softmax, PReLU and Interpolate backward (issue 21) ------------------------------------------
+
+
+def _prelu_backward(a: dict, x: np.ndarray, slope: np.ndarray, diff_dst: np.ndarray) -> list[np.ndarray]:
+    """[diff_src, diff_slope], the slope placed as PReLU's and its gradient summed back to its shape."""
+    placed = prelu_slope_shape("PReLUBackward", a, x.shape, slope.shape)
+    diff_src, diff_slope = kernel_prelu_bwd.reference(x, slope.reshape(placed), diff_dst)
+    return [_f64(diff_src), _f64(diff_slope).reshape(slope.shape)]
+
+
+def _interpolate_backward(a: dict, src: np.ndarray, diff_dst: np.ndarray) -> np.ndarray:
+    """The transpose of ``_interpolate``'s resampling, src giving the shape only."""
+    nxc = a["data_format"] == "NXC"
+    if nxc:
+        src, diff_dst = np.moveaxis(src, -1, 1), np.moveaxis(diff_dst, -1, 1)
+    alg = "nearest" if a["mode"] == "nearest" else "linear"
+    g = _f64(kernel_resampling_bwd.reference(alg, diff_dst, src.shape[2:],
+                                             align_corners=a["coordinate_transformation_mode"] == "align_corners"))
+    return np.moveaxis(g, 1, -1) if nxc else g
+
+
 def _conv_transpose(a: dict, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     g = conv_transpose_geometry("ConvTranspose", a, x.shape, w.shape)
     nxc = a["data_format"] == "NXC"
@@ -306,6 +403,41 @@ def _conv_transpose(a: dict, x: np.ndarray, w: np.ndarray, bias: np.ndarray | No
         x, w, bias, strides=g.strides, padding_l=g.pads_begin, padding_r=g.pads_end, dilation=g.dilations,
         groups=g.groups, output_padding=g.output_padding))
     return np.moveaxis(y, 1, -1) if nxc else y
+
+# -- convolution backward (training) --
+
+
+def _conv_backward(kind: str, a: dict, values: list[np.ndarray]) -> np.ndarray:
+    """The four ops on the convolution of conv_backward_geometry, with the kernels' float64
+    references: the data gradients as that convolution transposed (ConvolutionBackwardData) or
+    forward (ConvTransposeBackwardData), the weights gradients as its weights gradient, src and
+    diff_dst swapped for ConvTranspose."""
+    g = conv_backward_geometry(kind, a, [v.shape for v in values])
+    nxc = a["data_format"] == "NXC"
+
+    def ncx(x: np.ndarray) -> np.ndarray:
+        return np.moveaxis(x, -1, 1) if nxc else x
+
+    geo: dict[str, Any] = {"strides": g.strides, "padding_l": g.pads_begin, "dilation": g.dilations,
+                           "groups": g.groups}
+    if kind.endswith("Weights"):
+        src, diff_dst = ncx(values[0]), ncx(values[1])
+        if kind == "ConvTransposeBackwardWeights":
+            src, diff_dst = diff_dst, src
+        w = kernel_convolution_bwd_weights.reference(src, diff_dst, g.weights[2:], **geo)
+        return _f64(np.transpose(w, np.argsort(g.weights_order)))
+    diff_dst, w = ncx(values[0]), np.transpose(values[1], g.weights_order)
+    if kind == "ConvTransposeBackwardData":
+        y = kernel_convolution.reference(diff_dst, w, padding_r=g.pads_end, **geo)
+    else:
+        nsp = len(g.strides)
+        output_padding = tuple(g.conv_src[2 + i] - ((g.conv_dst[2 + i] - 1) * g.strides[i] + (g.weights[2 + i] - 1)
+                                                    * g.dilations[i] + 1 - g.pads_begin[i] - g.pads_end[i])
+                               for i in range(nsp))
+        y = kernel_deconvolution.reference(diff_dst, w, padding_r=g.pads_end, output_padding=output_padding, **geo)
+    y = _f64(y)
+    return np.moveaxis(y, 1, -1) if nxc else y
+
 
 
 # -- reductions and data movement -----------------------------------------------------------
@@ -346,6 +478,16 @@ def _gen_index(a: dict, x: np.ndarray) -> np.ndarray:
     return np.broadcast_to(np.arange(x.shape[axis]).reshape(shape), x.shape)
 
 
+# Dropout (issue 21): oneDNN's Philox mask (kernels.dropout, bit for bit); seed and offset
+# are read as int64 here, before any float conversion could round them.
+def _dropout(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    x, seed_, offset_, p_ = inputs
+    seed, offset = int(np.asarray(seed_).reshape(-1)[0]), int(np.asarray(offset_).reshape(-1)[0])
+    p = float(np.asarray(p_, np.float32).reshape(-1)[0])
+    mask = kernel_dropout.keep_mask(x.shape, seed, offset, p)
+    return [np.where(mask != 0, _f64(x) * kernel_dropout.inverse_keep(p), 0.0), mask]
+
+
 # -- entry point ----------------------------------------------------------------------------
 
 
@@ -377,6 +519,8 @@ def reference(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray],
         raise UnsupportedError(f"{kind}: triodnn does not run this op and has no reference for it")
     if kind == "End":
         return []
+    if kind == "AvgPoolBackward" and len(inputs) == 2:  # oneDNN: the src_shape input wins over the attribute
+        a = {**a, "src_shape": [int(v) for v in np.asarray(inputs[1]).reshape(-1)]}
     axes_from_input = schema_of(kind).category == "reduction" and len(inputs) == 2
     if axes_from_input:  # the shapes depend on the axes' values: _reduce checks them
         shapes = None
@@ -451,6 +595,8 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return [np.concatenate(inputs, axis=a["axis"])]
     if kind == "GenIndex":
         return [_gen_index(a, inputs[0])]
+    if kind == "Dropout":
+        return _dropout(inputs)[:num_outputs]
     if kind in ("Quantize", "Dequantize"):
         return [_quantize(kind, a, _f64(inputs[0]))]
     if kind in ("DynamicQuantize", "DynamicDequantize"):
@@ -464,6 +610,14 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return [_eltwise(kind, a, values[0])]
     if category == "eltwise_backward":
         return [_eltwise_backward(kind, a, values[0], values[1])]
+    # softmax, PReLU and Interpolate backward (issue 21)
+    if category == "softmax_backward":
+        return [_f64(kernel_softmax_bwd.reference(str(schema_of(kind).algorithm), values[1], values[0],
+                                                  axis=a["axis"] % values[1].ndim))]
+    if kind == "PReLUBackward":
+        return _prelu_backward(a, *values)[:num_outputs]
+    if kind == "InterpolateBackward":
+        return [_interpolate_backward(a, values[0], values[1])]
     if category == "binary":
         return [_binary(kind, a, values[0], values[1])]
     if kind == "MatMul":
@@ -478,8 +632,12 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return [_interpolate(a, values[0])]
     if kind == "ConvTranspose":
         return [_conv_transpose(a, values[0], values[1], values[2] if len(values) > 2 else None)]
+    if category == "convolution_backward":
+        return [_conv_backward(kind, a, values)]
     if category == "pooling":
         return [_pool(kind, a, values[0])]
+    if category == "pooling_backward":
+        return [_pool_backward(kind, a, values)]
     if kind in ("SoftMax", "LogSoftmax"):
         return list(_softmax(kind, a, values[0]))[:num_outputs]
     if kind == "LayerNorm":
@@ -488,6 +646,12 @@ def _compute(kind: str, a: dict, inputs: list[np.ndarray], num_outputs: int) -> 
         return _rms_norm(a, values, num_outputs)
     if kind == "BatchNormInference":
         return [_batch_norm(a, values)]
+    if kind == "BatchNormForwardTraining":  # normalization training (issue 21)
+        return _batch_norm_training(a, values)
+    if kind == "BatchNormTrainingBackward":
+        return _batch_norm_backward(a, values, num_outputs)
+    if kind == "LayerNormBackward":
+        return _layer_norm_backward(a, values, num_outputs)
     if kind == "GroupNorm":
         return _group_norm(a, values, num_outputs)
     if category == "reduction":

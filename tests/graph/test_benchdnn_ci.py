@@ -1,17 +1,15 @@
 """oneDNN's CI set for benchdnn's graph driver (../shared/graphs/benchdnn/test_graph_ci, skipped
 cleanly without ../shared): the harness parses into its 225 runs, and a fixed sample of them,
 every seventh run whose graph inputs hold at most 4M elements (the 64M-element reshapes and
-transposes take 10-15 s each on 2 cores), runs with benchdnn's verdict. Inference and quantized
-runs must pass; the runs triodnn does not implement yet must be training graphs (backward ops,
-dropout, batch-norm training: another issue), each UNIMPLEMENTED with its reason. The whole set
-is a command, not a test (3 minutes on 2 cores):
+transposes take 10-15 s each on 2 cores), runs with benchdnn's verdict: every run must pass,
+inference, quantized and training alike. The whole set is a command, not a test (3 minutes on 2
+cores with a warm PoCL cache):
 ``cd ../shared/graphs/benchdnn && triodnn graph --batch=test_graph_ci``."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,6 @@ from triodnn.testing import parse_harness, rewrite_graph, run_benchdnn
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn"
 SUITE = SHARED / "test_graph_ci"
-# What a run may lack today, by the reason the driver gives: training graphs.
-NOT_YET = re.compile(r"Backward|BatchNormForwardTraining|Dropout")
 SAMPLE = 7
 MAX_INPUT_ELEMENTS = 1 << 22
 
@@ -54,8 +50,6 @@ async def test_a_sample_of_the_ci_set_passes_with_benchdnn_verdicts(runs, engine
     assert len(sample) >= 20
     for i in sample:
         result = await run_benchdnn(runs[i], engine=engine)
-        expected = result.status == "PASSED" or (
-            result.status == "UNIMPLEMENTED" and NOT_YET.search(result.message) is not None)
-        if not expected:
+        if result.status != "PASSED":
             unexpected.append(f"{i}:{result.status} ({result.message}) {result.repro}")
     assert unexpected == []

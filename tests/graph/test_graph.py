@@ -371,13 +371,17 @@ async def test_squared_difference(engine, rng):
 
 def test_recognised_ops_triodnn_does_not_run_make_unsupported_partitions():
     g = Graph("cpu")
-    g.add_op(Op(0, "ReLU", [f32(0, [4])], [f32(1, [4])]))
-    g.add_op(Op(1, "SoftMaxBackward", [f32(2, [4]), f32(1, [4])], [f32(3, [4])], {"axis": -1}))
+    g.add_op(Op(0, "ReLU", [f32(0, [1, 1, 4])], [f32(1, [1, 1, 4])]))
+    # Issue 21 gives the recognised training ops lowerings; nearest interpolation with
+    # align_corners stays without one (no rounding rule is defined for it).
+    g.add_op(Op(1, "Interpolate", [f32(1, [1, 1, 4])], [f32(3, [1, 1, 4])],
+                {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "sizes": [4],
+                 "data_format": "NCX"}))
     # RMSNorm's optional rrms output is produced: the op after the gap is supported again.
-    g.add_op(Op(2, "RMSNorm", [f32(3, [4])], [f32(4, [4]), f32(5, [])]))
+    g.add_op(Op(2, "RMSNorm", [f32(3, [1, 1, 4])], [f32(4, [1, 1, 4]), f32(5, [1, 1])]))
     parts = g.get_partitions()
     assert [(p.op_kinds, p.is_supported) for p in parts] == [
-        (("ReLU",), True), (("SoftMaxBackward",), False), (("RMSNorm",), True)]
+        (("ReLU",), True), (("Interpolate",), False), (("RMSNorm",), True)]
 
 
 # -- post-op fusion -------------------------------------------------------------------------------

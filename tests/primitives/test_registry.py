@@ -34,10 +34,17 @@ CASES = {
     "convolution": triodnn.ConvolutionDesc(md(2, 4, 9, 9), md(6, 4, 3, 3), bias=md(6), padding_l=(1, 1)),
     "pooling": triodnn.PoolingDesc("avg_exclude_padding", md(2, 3, 9, 9), kernel=(3, 3), strides=(2, 2),
                                    padding_l=(1, 1)),
+    "pooling_backward": triodnn.PoolingBackwardDesc("max", md(2, 3, 4, 4), md(2, 3, 9, 9), md(2, 3, 9, 9),
+                                                    kernel=(3, 3), strides=(2, 2), padding_l=(0, 0)),
     "layer_normalization": triodnn.LayerNormDesc(md(6, 40), scale=md(40), shift=md(40)),
     "rms_normalization": triodnn.RMSNormDesc(md(6, 40), scale=md(40)),
     "batch_normalization": triodnn.BatchNormInferenceDesc(md(2, 3, 5, 5), md(3), md(3), scale=md(3), shift=md(3)),
     "group_normalization": triodnn.GroupNormDesc(md(2, 6, 5, 5), groups=3, scale=md(6), shift=md(6)),
+    # normalization training (issue 21)
+    "batch_normalization_training": triodnn.BatchNormTrainingDesc(md(2, 3, 5, 5), scale=md(3), shift=md(3)),
+    "batch_normalization_backward": triodnn.BatchNormBackwardDesc(md(2, 3, 5, 5), md(2, 3, 5, 5), md(3), md(3),
+                                                                  scale=md(3)),
+    "layer_normalization_backward": triodnn.LayerNormBackwardDesc(md(6, 40), md(6, 40), md(6), md(6), scale=md(40)),
     "sdpa": triodnn.SdpaDesc(md(1, 2, 8, 16), md(1, 2, 12, 16), md(1, 2, 12, 16), causal="top_left"),
     "gen_index": triodnn.GenIndexDesc(md(3, 4, dtype="s32"), axis=1),
     "prelu": triodnn.PreluDesc(md(2, 5, 3, 3), md(1, 5, 1, 1)),
@@ -46,6 +53,8 @@ CASES = {
     "dynamic_quantize": triodnn.DynamicQuantizeDesc("quantize", md(2, 8, 3), md(2, 2, 1), md(2, 8, 3, dtype="u4"),
                                                     group_shape=(1, 4, 3)),
     "deconvolution": triodnn.DeconvolutionDesc(md(2, 4, 5, 5), md(4, 3, 3, 3), bias=md(6), strides=2, groups=2),
+    "convolution_backward_weights": triodnn.ConvolutionBackwardWeightsDesc(
+        md(2, 4, 9, 9), md(2, 6, 4, 4), md(6, 2, 3, 3), strides=2, padding_l=1, padding_r=0, groups=2),
     "resampling": triodnn.ResamplingDesc("linear", md(2, 3, 5, 7), md(2, 3, 9, 4)),
 }
 
@@ -72,10 +81,14 @@ async def test_registered_reference_matches_the_kernel(engine, rng, kind):
     outputs = {arg.name for arg in desc.ARGS if arg.output}
     inputs = {name: _input(rng, name, md) for name, md in desc.arg_descs.items() if name not in outputs}
     args = {name: await engine.from_numpy(array, desc.arg_descs[name]) for name, array in inputs.items()}
-    output = "dst" if "dst" in outputs else "diff_src"  # eltwise_backward's output is diff_src
+    # eltwise_backward's output is diff_src, convolution_backward_weights' diff_weights
+    output = "dst" if "dst" in outputs else "diff_src" if "diff_src" in outputs else "diff_weights"
     args[output] = engine.memory(desc.arg_descs[output])
     stream = await engine.stream()
     await stream.execute(primitive, args)
     got = await args[output].to_numpy()
     want = registered.reference(desc, inputs)
     tolerance.check(got, want, registered.tolerance(desc))
+    for name in outputs - {output}:  # prelu_backward's diff_weights: every output needs memory
+        if name in desc.arg_descs:
+            args[name] = engine.memory(desc.arg_descs[name])
