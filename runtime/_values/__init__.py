@@ -53,12 +53,13 @@ from ._pooling_desc import PoolingDesc as PoolingDesc
 from ._prelu_bwd_desc import PreluBackwardDesc as PreluBackwardDesc
 from ._prelu_desc import PreluDesc as PreluDesc
 from ._quantize_desc import QuantizeDesc as QuantizeDesc
+from ._quantized_matmul_desc import QuantizedMatmulDesc as QuantizedMatmulDesc  # int8 matmul (issue 22)
 from ._reduction_desc import ReductionDesc as ReductionDesc
 from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc
-from ._resampling_desc import ResamplingDesc as ResamplingDesc
 from ._resampling_bwd_desc import ResamplingBackwardDesc as ResamplingBackwardDesc
+from ._resampling_desc import ResamplingDesc as ResamplingDesc
 from ._sdpa_desc import SdpaDesc as SdpaDesc
-from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
 from ._softmax_bwd_desc import SoftmaxBackwardDesc as SoftmaxBackwardDesc
+from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
 from ._sum_desc import SumDesc as SumDesc

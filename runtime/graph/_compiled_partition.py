@@ -23,6 +23,7 @@ from .._values._errors import (
 from .._values._memory_desc import MemoryDesc
 from ..kernels import sdpa as sdpa_kernel
 from ._fusion import find_chains
+from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion (issue 22)
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
@@ -503,9 +504,14 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     rest = [op for op in shaped_ops if op.id not in in_attention]
     chains = find_chains(rest, output_ids) if fuse else {}
     absorbed = in_attention | {op_id for chain in chains.values() for op_id in chain.absorbed}
+    # Int8 matmul fusion (issue 22): Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
+    int8 = find_int8_matmuls(rest, output_ids, chains, engine._config) if fuse else {}
+    absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
     for op in shaped_ops:
         if op.id in attention:
             builder.lower_sdpa(op, attention[op.id])
+        elif op.id in int8:
+            lower_int8_matmul(builder, op, int8[op.id], chains.get(op.id))
         elif op.id not in absorbed:
             builder.lower(op, chains.get(op.id))
     plan = builder.plan

@@ -269,14 +269,19 @@ class Builder:
             for op in match.tail:
                 self.lower(op)
 
-    def lower(self, op: Op, fused=None) -> None:
+    def lower(self, op: Op, fused=None, *, lowering: Callable[[Builder, Op], None] | None = None,
+              final: LogicalTensor | None = None) -> None:
         """Lower ``op``; with ``fused`` (a ``_fusion.Chain``), its post-op chain rides along and
-        its output is the chain's final tensor."""
+        its output is the chain's final tensor. ``lowering`` replaces the op kind's own (the int8
+        matmul fusion's), ``final`` is where the op writes when an absorbed op after it (a
+        Quantize) had the last word."""
         if fused is not None:
             self._redirect[op.outputs[0].id] = fused.final
             self._post = fused.entries
             self._final_shape = tuple(fused.final.shape)
-        LOWERINGS[op.kind](self, op)
+        if final is not None:
+            self._redirect[op.outputs[0].id] = final
+        (lowering or LOWERINGS[op.kind])(self, op)
         self._redirect.clear()
         self._post = ()
 
@@ -419,7 +424,8 @@ def _lower_prelu(b: Builder, op: Op) -> None:
 # -- matmul ------------------------------------------------------------------------------------
 
 
-def _lower_matmul(b: Builder, op: Op) -> None:
+def _lower_matmul(b: Builder, op: Op, make: Callable[..., OpDesc] | None = None) -> None:
+    # make: another matmul kind on the same views (_int8_matmul's QuantizedMatmulDesc, issue 22)
     a, w = b.view(op.inputs[0]), b.view(op.inputs[1])
     if op.attrs.get("transpose_a") and a.desc.ndims >= 2:
         a = permuted(a, tuple(range(a.desc.ndims - 2)) + (a.desc.ndims - 1, a.desc.ndims - 2))
@@ -439,7 +445,7 @@ def _lower_matmul(b: Builder, op: Op) -> None:
     inputs = {"src": a, "weights": w}
     if len(op.inputs) > 2:
         inputs["bias"] = b.view(op.inputs[2])
-    b.run(op, lambda src, weights, dst, bias=None: MatmulDesc(src, weights, dst, bias), inputs, {"dst": dst})
+    b.run(op, make or (lambda src, weights, dst, bias=None: MatmulDesc(src, weights, dst, bias)), inputs, {"dst": dst})
 
 
 def _batch(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
@@ -538,12 +544,6 @@ def _lower_conv_transpose(b: Builder, op: Op) -> None:
 
     b.run(op, make, inputs, {"dst": dst})
 
-
-def _lower_pool(b: Builder, op: Op) -> None:
-    a = op.attrs
-    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
-    if a.get("data_format", "NXC") == "NXC":
-        src, dst = _channels_first(src), _channels_first(dst)
 # -- convolution backward (training) -------------------------------------------------------------
 # Each of the four works on one convolution (conv_backward_geometry): ConvolutionBackwardData is
 # that convolution transposed (a DeconvolutionDesc with the same weights), ConvTransposeBackwardData
@@ -591,6 +591,12 @@ def _lower_conv_backward(b: Builder, op: Op) -> None:
                                                           dilation=dil, groups=groups, output_padding=output_padding),
           {"src": diff_dst, "weights": weights}, {"dst": diff_src})
 
+
+def _lower_pool(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
     nsp = src.desc.ndims - 2
     kernel = tuple(a["kernel"])
     strides = tuple(a.get("strides", [1] * nsp))
@@ -605,12 +611,6 @@ def _lower_conv_backward(b: Builder, op: Op) -> None:
           {"src": src}, {"dst": dst})
 
 
-def _lower_interpolate(b: Builder, op: Op) -> None:
-    a = op.attrs
-    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])  # a sizes input: dst's shape says it
-    if a.get("data_format", "NXC") == "NXC":
-        src, dst = _channels_first(src), _channels_first(dst)
-    alg = "nearest" if a["mode"] == "nearest" else "linear"  # bilinear, trilinear: linear by rank
 # -- pooling backward (issue 21) --
 def _lower_pool_backward(b: Builder, op: Op) -> None:
     # The geometry as _lower_pool's, taken on diff_src (the forward's src); AvgPoolBackward's
@@ -641,6 +641,12 @@ def _lower_pool_backward(b: Builder, op: Op) -> None:
     b.run(op, make, inputs, {"diff_src": diff_src})
 
 
+def _lower_interpolate(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])  # a sizes input: dst's shape says it
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    alg = "nearest" if a["mode"] == "nearest" else "linear"  # bilinear, trilinear: linear by rank
     align = a.get("coordinate_transformation_mode", "half_pixel") == "align_corners"
     b.run(op, lambda src, dst: ResamplingDesc(alg, src, dst, align_corners=align), {"src": src}, {"dst": dst})
 
@@ -659,12 +665,6 @@ def _lower_softmax(b: Builder, op: Op) -> None:
           {"src": b.view(op.inputs[0])}, outputs)
 
 
-def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
-    """Views with the normalised dims collapsed into the last one when they are several."""
-    shape = known_shape(op.inputs[0])
-    begin = begin_axis % len(shape)
-    if begin == len(shape) - 1:
-        return views
 # -- softmax, PReLU and Interpolate backward (training; issue 21) ---------------------------------
 
 
@@ -706,6 +706,12 @@ def _lower_interpolate_backward(b: Builder, op: Op) -> None:
           {"diff_dst": diff_dst}, {"diff_src": diff_src})
 
 
+def _norm_views(b: Builder, op: Op, begin_axis: int, views: dict[str, View]):
+    """Views with the normalised dims collapsed into the last one when they are several."""
+    shape = known_shape(op.inputs[0])
+    begin = begin_axis % len(shape)
+    if begin == len(shape) - 1:
+        return views
     outer, inner = math.prod(shape[:begin]), math.prod(shape[begin:])
     out = {}
     for name, view in views.items():
@@ -761,12 +767,6 @@ def _lower_batch_norm(b: Builder, op: Op) -> None:
         {"src": src, "mean": mean, "variance": var, "scale": gamma, "shift": beta}, {"dst": dst})
 
 
-def _lower_group_norm(b: Builder, op: Op) -> None:
-    a = op.attrs
-    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
-    if a.get("data_format", "NXC") == "NXC":
-        src, dst = _channels_first(src), _channels_first(dst)
-    inputs = {"src": src}
 # -- normalization training (issue 21) --
 
 
@@ -832,6 +832,12 @@ def _lower_layer_norm_backward(b: Builder, op: Op) -> None:
         src, diff_dst, mean, variance, diff_src, eps, **named), inputs, outputs)
 
 
+def _lower_group_norm(b: Builder, op: Op) -> None:
+    a = op.attrs
+    src, dst = b.view(op.inputs[0]), b.output(op.outputs[0])
+    if a.get("data_format", "NXC") == "NXC":
+        src, dst = _channels_first(src), _channels_first(dst)
+    inputs = {"src": src}
     if a.get("use_affine", True) and len(op.inputs) >= 3:
         inputs["scale"], inputs["shift"] = b.view(op.inputs[1]), b.view(op.inputs[2])
     outputs = {"dst": dst}
@@ -938,12 +944,6 @@ def _lower_gen_index(b: Builder, op: Op) -> None:
     b.run(op, lambda dst: GenIndexDesc(dst, axis), {}, {"dst": b.output(op.outputs[0])})
 
 
-LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
-    **{kind: _lower_unary for kind in UNARY_ELTWISE_KINDS},
-    **{kind: _lower_eltwise_backward for kind in ELTWISE_BACKWARD_KINDS},
-    **{kind: _lower_binary for kind in _BINARY},
-    "Select": _lower_select,
-    "PReLU": _lower_prelu,
 # Dropout (issue 21): seed, offset and probability stay device buffers (a host scalar is
 # uploaded per execution), so one compiled partition serves every seed.
 def _lower_dropout(b: Builder, op: Op) -> None:
@@ -955,53 +955,59 @@ def _lower_dropout(b: Builder, op: Op) -> None:
               src, seed, offset, probability, dst, mask), inputs, outputs)
 
 
+LOWERINGS: dict[str, Callable[[Builder, Op], None]] = {
+    **{kind: _lower_unary for kind in UNARY_ELTWISE_KINDS},
+    **{kind: _lower_eltwise_backward for kind in ELTWISE_BACKWARD_KINDS},
+    **{kind: _lower_binary for kind in _BINARY},
+    "Select": _lower_select,
+    "PReLU": _lower_prelu,
     "SquaredDifference": _lower_squared_difference,
     "BiasAdd": _lower_bias_add,
     "MatMul": _lower_matmul,
     "Convolution": _lower_convolution,
     "ConvTranspose": _lower_conv_transpose,
-    "MaxPool": _lower_pool,
-    "AvgPool": _lower_pool,
-    "Interpolate": _lower_interpolate,
-    "SoftMax": _lower_softmax,
-    "LogSoftmax": _lower_softmax,
-    "LayerNorm": _lower_layer_norm,
     # convolution backward (training)
     "ConvolutionBackwardData": _lower_conv_backward,
     "ConvolutionBackwardWeights": _lower_conv_backward,
     "ConvTransposeBackwardData": _lower_conv_backward,
     "ConvTransposeBackwardWeights": _lower_conv_backward,
-    "RMSNorm": _lower_rms_norm,
-    "BatchNormInference": _lower_batch_norm,
+    "MaxPool": _lower_pool,
+    "AvgPool": _lower_pool,
     "MaxPoolBackward": _lower_pool_backward,  # pooling backward (issue 21)
     "AvgPoolBackward": _lower_pool_backward,
-    "GroupNorm": _lower_group_norm,
-    **{kind: _lower_reduce for kind in _REDUCE},
-    "Reorder": _lower_reorder,
+    "Interpolate": _lower_interpolate,
+    "SoftMax": _lower_softmax,
+    "LogSoftmax": _lower_softmax,
     # softmax, PReLU and Interpolate backward (issue 21)
     "SoftMaxBackward": _lower_softmax_backward,
     "LogSoftmaxBackward": _lower_softmax_backward,
     "PReLUBackward": _lower_prelu_backward,
     "InterpolateBackward": _lower_interpolate_backward,
-    "Quantize": _lower_quantize,
-    "DynamicQuantize": _lower_dynamic_quantize,
-    "DynamicDequantize": _lower_dynamic_quantize,
+    "LayerNorm": _lower_layer_norm,
+    "RMSNorm": _lower_rms_norm,
+    "BatchNormInference": _lower_batch_norm,
     "BatchNormForwardTraining": _lower_batch_norm_training,  # normalization training (issue 21)
     "BatchNormTrainingBackward": _lower_batch_norm_backward,
     "LayerNormBackward": _lower_layer_norm_backward,
+    "GroupNorm": _lower_group_norm,
+    **{kind: _lower_reduce for kind in _REDUCE},
+    "Reorder": _lower_reorder,
+    "Quantize": _lower_quantize,
+    "DynamicQuantize": _lower_dynamic_quantize,
+    "DynamicDequantize": _lower_dynamic_quantize,
     "Dequantize": _lower_quantize,
     "TypeCast": _lower_reorder,
     "StaticReshape": _lower_reshape,
     "StaticTranspose": _lower_transpose,
     "Concat": _lower_concat,
     "GenIndex": _lower_gen_index,
+    "Dropout": _lower_dropout,  # Dropout (issue 21)
 }
 
 
 def is_supported(op: Op) -> bool:
     """Whether the op lowers, with every output it declares."""
     if op.kind not in LOWERINGS:
-    "Dropout": _lower_dropout,  # Dropout (issue 21)
         return False
     if op.kind in ("Interpolate", "InterpolateBackward") and op.attrs.get("mode") == "nearest" and \
             op.attrs.get("coordinate_transformation_mode") == "align_corners":
