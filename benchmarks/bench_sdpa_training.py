@@ -6,7 +6,9 @@ The graph is oneDNN's own ``complex_fusion/mha/sdpa-plain-training-backward-f32.
 statistics (the row logsumexp of the scaled, masked scores) and dO, recomputes the probabilities
 from the statistics, as FlashAttention does, and writes dQ, dK, dV. The inputs are consistent: O
 and the statistics are computed in numpy from Q, K, V and the mask, so torch's autograd, given the
-same Q, K, V, mask and dO, must produce the same gradients.
+same Q, K, V, mask and dO, must produce the same gradients. torch's kernels sum in other orders
+(its fused backward's dQ was 4.7e-4 off in a few elements at 1024 on an H200), so a peer is
+checked by its largest error relative to the gradient's largest value, at most 1e-4.
 
 Peers, on a CUDA GPU: torch's fused SDPA backward (``scaled_dot_product_attention`` forward once,
 then ``torch.autograd.grad`` of its output, graph retained: backward only, whichever fused kernel
@@ -30,7 +32,7 @@ from pathlib import Path
 import _common as common
 import numpy as np
 import trio
-from bench_graph import TorchQueued, check_outputs, graph_reference, mismatch, poison_outputs, prepare, run_once
+from bench_graph import TorchQueued, check_outputs, graph_reference, poison_outputs, prepare, run_once
 
 import triodnn
 from triodnn.graph import from_dict
@@ -76,6 +78,17 @@ def consistent_inputs(graph, seed: int) -> dict:
     arrays[STATS] = lse.astype(np.float32)
     arrays[O] = (np.exp(scores - lse) @ v).astype(np.float32)
     return arrays
+
+
+PEER_RTOL = 1e-4
+
+
+def peer_error(graph, ref, lt_id: int, got) -> str | None:
+    """None when a peer's gradient is within PEER_RTOL of the reference's largest value."""
+    want = np.asarray(ref[0][lt_id], dtype=np.float64)
+    error = float(np.max(np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)))
+    scale = float(np.max(np.abs(want)))
+    return None if error <= PEER_RTOL * scale else f"output {lt_id}: max error {error:.3g} of max {scale:.3g}"
 
 
 def torch_backward(arrays: dict) -> dict:
@@ -137,7 +150,7 @@ async def run(args):
             if cuda:
                 for peer, fn in torch_backward(arrays).items():
                     got = fn()
-                    problems = [mismatch(graph, ref, i, g.cpu().numpy()) for i, g in zip((DQ, DK, DV), got)]
+                    problems = [peer_error(graph, ref, i, g.cpu().numpy()) for i, g in zip((DQ, DK, DV), got)]
                     if any(problems):
                         print(f"   {name}, {peer}: left out, its result is off: {[p for p in problems if p]}")
                         continue
@@ -147,7 +160,7 @@ async def run(args):
             await check_outputs(graph, ref, tensors, out_ids, f"{name}, triodnn, timed runs")
             t = {k: common.median(v) for k, v in samples.items()}
             for peer, timed in peers.items():
-                problems = [mismatch(graph, ref, i, g.cpu().numpy()) for i, g in zip((DQ, DK, DV), timed.last)]
+                problems = [peer_error(graph, ref, i, g.cpu().numpy()) for i, g in zip((DQ, DK, DV), timed.last)]
                 if any(problems):
                     print(f"   {name}, {peer}: left out, its timed result is off")
                     t[peer] = float("nan")
