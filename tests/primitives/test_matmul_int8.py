@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import triodnn
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, QuantizedMatmulDesc, UnsupportedError
 from triodnn.kernels import kind_of, quantized_matmul, select_config, tolerance
 
@@ -55,7 +56,12 @@ async def shaped_engine(engine, request, monkeypatch):
     more take the tiled kernel, smaller ones one element per work-item."""
     engine._config = select_config(request.param, engine.info.max_work_group_size)
     monkeypatch.setattr(quantized_matmul, "TILED_MIN_DST", 4096)
-    return engine
+    yield engine
+    # The patched threshold chose kernels the cache key cannot see: empty the (process-wide)
+    # primitive cache, or a later engine blob would pair these programs with the default choice.
+    capacity = triodnn.get_primitive_cache_capacity()
+    triodnn.set_primitive_cache_capacity(0)
+    triodnn.set_primitive_cache_capacity(capacity)
 
 
 @pytest.mark.parametrize(("sdt", "wdt", "ddt", "per_channel"), CASES)
