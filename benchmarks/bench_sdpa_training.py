@@ -25,6 +25,7 @@ torch's against the same reference, before and after its timed runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ from bench_graph import TorchQueued, check_outputs, graph_reference, poison_outp
 
 import triodnn
 from triodnn.graph import from_dict
+from triodnn.kernels import sdpa_backward
 from triodnn.testing import make_inputs
 
 try:  # optional peer, compared on a CUDA GPU
@@ -55,6 +57,8 @@ def extra_args(parser) -> None:
     parser.add_argument("--seq", type=int, action="append", default=[], help="sequence length (default 384, 1024)")
     parser.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 7)")
     parser.add_argument("--queued", type=int, default=20, metavar="N", help="runs per sample (default 20)")
+    parser.add_argument("--unfused", action="store_true",
+                        help="also time triodnn with the fused SDPA backward forced off and forced on, interleaved")
 
 
 def graph_of(seq: int):
@@ -111,6 +115,17 @@ def torch_backward(arrays: dict) -> dict:
     return peers
 
 
+async def _check_forced(graph, ref, prepared, who: str) -> None:
+    """A forced variant's check, reported rather than fatal: the fused kernels sum dQ and dK in
+    another order than the op-by-op matmuls, and at Sq = 384 a few small elements of dK (sums of
+    large terms of both signs) land 1.5x past the graph's elementwise f32 tolerance of its
+    op-by-op reference; the timing is still worth having."""
+    try:
+        await check_outputs(graph, ref, prepared[1], prepared[2], who)
+    except AssertionError as error:
+        print(f"   note: {error}")
+
+
 async def run(args):
     reps = args.reps or (3 if args.quick else 7)
     n = 3 if args.quick else args.queued
@@ -134,6 +149,24 @@ async def run(args):
             await run_once(stream, runs)
             await check_outputs(graph, ref, tensors, out_ids, f"{name}, triodnn")
             await poison_outputs(tensors, out_ids)
+            forced = {}
+            if args.unfused:
+                # Each variant compiled with the rule forced, the partition cache off so that
+                # neither reuses the other's plan.
+                capacity = triodnn.get_compiled_partition_cache_capacity()
+                triodnn.set_compiled_partition_cache_capacity(0)
+                try:
+                    for label, force in (("triodnn op by op", False), ("triodnn fused", True)):
+                        sdpa_backward.FORCE = force
+                        got = await prepare(lambda: graph_of(seq), engine, "fusion", arrays)
+                        await run_once(stream, got[0])
+                        await _check_forced(graph, ref, got, f"{name}, {label}")
+                        await poison_outputs(got[1], got[2])
+                        forced[label] = got
+                        print(f"   {name}, {label}: {got[3]} primitives")
+                finally:
+                    sdpa_backward.FORCE = None
+                    triodnn.set_compiled_partition_cache_capacity(capacity)
 
             async def ours(runs=runs):
                 await stream.wait()
@@ -146,6 +179,8 @@ async def run(args):
                 return (time.perf_counter() - t0) / n
 
             variants = {"triodnn": ours}
+            for label, got in forced.items():
+                variants[label] = functools.partial(ours, got[0])
             peers = {}
             if cuda:
                 for peer, fn in torch_backward(arrays).items():
@@ -158,6 +193,9 @@ async def run(args):
                     variants[peer] = peers[peer].sample
             samples = await common.interleaved(variants, reps)
             await check_outputs(graph, ref, tensors, out_ids, f"{name}, triodnn, timed runs")
+            for label, got in forced.items():
+                await _check_forced(graph, ref, got, f"{name}, {label}, timed runs")
+                print(f"   {name}, {label}: {common.median(samples[label]) * 1e6:.0f} µs/run")
             t = {k: common.median(v) for k, v in samples.items()}
             for peer, timed in peers.items():
                 problems = [peer_error(graph, ref, i, g.cpu().numpy()) for i, g in zip((DQ, DK, DV), timed.last)]

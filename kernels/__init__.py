@@ -30,6 +30,7 @@ from . import (
     resampling,
     resampling_bwd,
     sdpa,
+    sdpa_backward,  # fused SDPA backward (issue 21)
     softmax,
     softmax_bwd,
     sum,
@@ -76,6 +77,7 @@ __all__ = [
     "resampling",
     "resampling_bwd",
     "sdpa",
+    "sdpa_backward",  # fused SDPA backward (issue 21)
     "select_config",
     "softmax",
     "softmax_bwd",

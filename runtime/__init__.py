@@ -71,6 +71,7 @@ from ._values import (
     ResamplingBackwardDesc,
     ResamplingDesc,
     RMSNormDesc,
+    SdpaBackwardDesc,  # fused SDPA backward (issue 21)
     SdpaDesc,
     ShapeInferenceError,
     SoftmaxBackwardDesc,
@@ -155,6 +156,7 @@ __all__ = [
     "ResamplingBackwardDesc",
     "ResamplingDesc",
     "Runtime",
+    "SdpaBackwardDesc",  # fused SDPA backward (issue 21)
     "SdpaDesc",
     "ShapeInferenceError",
     "SoftmaxBackwardDesc",

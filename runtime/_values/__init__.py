@@ -59,6 +59,7 @@ from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc
 from ._resampling_bwd_desc import ResamplingBackwardDesc as ResamplingBackwardDesc
 from ._resampling_desc import ResamplingDesc as ResamplingDesc
+from ._sdpa_backward_desc import SdpaBackwardDesc as SdpaBackwardDesc  # fused SDPA backward (issue 21)
 from ._sdpa_desc import SdpaDesc as SdpaDesc
 from ._softmax_bwd_desc import SoftmaxBackwardDesc as SoftmaxBackwardDesc
 from ._softmax_desc import SoftmaxDesc as SoftmaxDesc
