@@ -8,27 +8,7 @@ import attrs
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, algorithm, check_memory_desc, memory_desc, op_kind
-from ._pooling_desc import POOLING_ALGORITHMS, PoolingDesc, int_tuple
-
-
-def _kernel(value) -> tuple[int, ...] | None:
-    return int_tuple("kernel", value)
-
-
-def _strides(value) -> tuple[int, ...] | None:
-    return int_tuple("strides", value)
-
-
-def _padding_l(value) -> tuple[int, ...] | None:
-    return int_tuple("padding_l", value)
-
-
-def _padding_r(value) -> tuple[int, ...] | None:
-    return int_tuple("padding_r", value)
-
-
-def _dilation(value) -> tuple[int, ...] | None:
-    return int_tuple("dilation", value)
+from ._pooling_desc import POOLING_ALGORITHMS, PoolingDesc, _dilation, _kernel, _padding_l, _padding_r, _strides
 
 
 @op_kind

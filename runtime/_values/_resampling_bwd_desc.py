@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, algorithm, check_memory_desc, memory_desc, op_kind
-from ._resampling_desc import MAX_SPATIAL_DIMS, RESAMPLING_ALGORITHMS
+from ._resampling_desc import RESAMPLING_ALGORITHMS, check_resampling
 
 
 @op_kind
@@ -30,19 +29,8 @@ class ResamplingBackwardDesc(OpDesc):
 
     def __attrs_post_init__(self) -> None:
         check_memory_desc("diff_src", self.diff_src)
-        src, dst = self.diff_src.dims, self.diff_dst.dims
-        if not 3 <= len(src) <= 2 + MAX_SPATIAL_DIMS:
-            raise ArgumentMismatchError(
-                f"diff_src dims {src} must be (N, C) and 1 to {MAX_SPATIAL_DIMS} spatial dims"
-            )
-        if len(dst) != len(src) or dst[:2] != src[:2]:
-            raise ArgumentMismatchError(
-                f"diff_dst dims {dst} must keep diff_src's rank and its N and C {src[:2]} (diff_src dims {src})"
-            )
-        if not isinstance(self.align_corners, bool):
-            raise InvalidArgumentError(f"align_corners must be a bool, got {self.align_corners!r}")
-        if self.align_corners and self.alg != "linear":
-            raise InvalidArgumentError(f"align_corners applies to linear resampling only, not {self.alg}")
+        check_resampling(self.alg, self.diff_src.dims, self.diff_dst.dims, self.align_corners,
+                         names=("diff_src", "diff_dst"))
 
     @property
     def spatial(self) -> tuple[tuple[int, int], ...]:

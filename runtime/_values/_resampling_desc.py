@@ -13,6 +13,22 @@ RESAMPLING_ALGORITHMS: tuple[str, ...] = ("nearest", "linear")
 MAX_SPATIAL_DIMS = 3
 
 
+def check_resampling(alg: str, src: tuple[int, ...], dst: tuple[int, ...], align_corners, *,
+                     names: tuple[str, str] = ("src", "dst")) -> None:
+    """The checks ``ResamplingDesc`` and ``ResamplingBackwardDesc`` share: (N, C) and 1 to 3
+    spatial dims on both sides (``names``: the roles, as the error names them), same rank, N
+    and C; ``align_corners`` a bool, for linear only."""
+    s, d = names
+    if not 3 <= len(src) <= 2 + MAX_SPATIAL_DIMS:
+        raise ArgumentMismatchError(f"{s} dims {src} must be (N, C) and 1 to {MAX_SPATIAL_DIMS} spatial dims")
+    if len(dst) != len(src) or dst[:2] != src[:2]:
+        raise ArgumentMismatchError(f"{d} dims {dst} must keep {s}'s rank and its N and C {src[:2]} ({s} dims {src})")
+    if not isinstance(align_corners, bool):
+        raise InvalidArgumentError(f"align_corners must be a bool, got {align_corners!r}")
+    if align_corners and alg != "linear":
+        raise InvalidArgumentError(f"align_corners applies to linear resampling only, not {alg}")
+
+
 @op_kind
 @attrs.frozen(cache_hash=True)
 class ResamplingDesc(OpDesc):
@@ -35,19 +51,7 @@ class ResamplingDesc(OpDesc):
 
     def __attrs_post_init__(self) -> None:
         check_memory_desc("dst", self.dst)
-        src, dst = self.src.dims, self.dst.dims
-        if not 3 <= len(src) <= 2 + MAX_SPATIAL_DIMS:
-            raise ArgumentMismatchError(
-                f"src dims {src} must be (N, C) and 1 to {MAX_SPATIAL_DIMS} spatial dims"
-            )
-        if len(dst) != len(src) or dst[:2] != src[:2]:
-            raise ArgumentMismatchError(
-                f"dst dims {dst} must keep src's rank and its N and C {src[:2]} (src dims {src})"
-            )
-        if not isinstance(self.align_corners, bool):
-            raise InvalidArgumentError(f"align_corners must be a bool, got {self.align_corners!r}")
-        if self.align_corners and self.alg != "linear":
-            raise InvalidArgumentError(f"align_corners applies to linear resampling only, not {self.alg}")
+        check_resampling(self.alg, self.src.dims, self.dst.dims, self.align_corners)
 
     @property
     def spatial(self) -> tuple[tuple[int, int], ...]:
