@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._convolution_desc import _per_axis, check_spatial, out_size
+from ._convolution_desc import _per_axis, check_spatial, output_spatial
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
@@ -76,18 +76,8 @@ class ConvolutionBackwardWeightsDesc(OpDesc):
                 f"diff_weights dims {self.diff_weights.dims} have {icg} input channels per group; src has "
                 f"{c} channels in {groups} groups, so {c // groups} are expected"
             )
-        out = []
-        for i in range(nsp):
-            size, k = self.src.dims[2 + i], self.diff_weights.dims[2 + i]
-            pl, pr, dil = self.padding_l[i], self.padding_r[i], self.dilation[i]
-            o = out_size(size, k, self.strides[i], pl, pr, dil)
-            if o < 1:
-                raise ArgumentMismatchError(
-                    f"diff_weights kernel size {k} (dilated extent {(k - 1) * dil + 1}) on spatial axis {i} "
-                    f"is larger than the padded src size {size} + {pl} + {pr}"
-                )
-            out.append(o)
-        dims = (n, oc) + tuple(out)
+        dims = (n, oc) + output_spatial("diff_weights", self.src.dims, self.diff_weights.dims, self.strides,
+                                        self.padding_l, self.padding_r, self.dilation)
         if self.diff_dst.dims != dims:
             raise ArgumentMismatchError(
                 f"diff_dst dims {self.diff_dst.dims} differ from the convolution's output dims {dims} "

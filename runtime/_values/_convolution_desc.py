@@ -78,6 +78,24 @@ def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
     return MemoryDesc(dims, like.dtype, tuple(strides))
 
 
+def output_spatial(weights_name: str, src: tuple[int, ...], weights: tuple[int, ...], strides, padding_l,
+                   padding_r, dilation) -> tuple[int, ...]:
+    """The convolution's output size on each spatial axis, refusing a kernel larger than the
+    padded src (``weights_name``: the weights' role, as the error names it)."""
+    out = []
+    for i in range(len(src) - 2):
+        size, k = src[2 + i], weights[2 + i]
+        pl, pr, dil = padding_l[i], padding_r[i], dilation[i]
+        o = out_size(size, k, strides[i], pl, pr, dil)
+        if o < 1:
+            raise ArgumentMismatchError(
+                f"{weights_name} kernel size {k} (dilated extent {(k - 1) * dil + 1}) on spatial axis {i} "
+                f"is larger than the padded src size {size} + {pl} + {pr}"
+            )
+        out.append(o)
+    return tuple(out)
+
+
 @op_kind
 @attrs.frozen(cache_hash=True)
 class ConvolutionDesc(OpDesc):
@@ -153,18 +171,8 @@ class ConvolutionDesc(OpDesc):
                 f"weights dims {self.weights.dims} have {icg} input channels per group; src has "
                 f"{c} channels in {groups} groups, so {c // groups} are expected"
             )
-        out = []
-        for i in range(nsp):
-            size, k = self.src.dims[2 + i], self.weights.dims[2 + i]
-            pl, pr, dil = self.padding_l[i], self.padding_r[i], self.dilation[i]
-            o = out_size(size, k, self.strides[i], pl, pr, dil)
-            if o < 1:
-                raise ArgumentMismatchError(
-                    f"weights kernel size {k} (dilated extent {(k - 1) * dil + 1}) on spatial axis {i} "
-                    f"is larger than the padded src size {size} + {pl} + {pr}"
-                )
-            out.append(o)
-        dims = (n, oc) + tuple(out)
+        dims = (n, oc) + output_spatial("weights", self.src.dims, self.weights.dims, self.strides,
+                                        self.padding_l, self.padding_r, self.dilation)
         if self.dst is None:
             self._set("dst", _layout_like(dims, self.src))
         check_memory_desc("dst", self.dst)
