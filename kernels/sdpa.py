@@ -53,6 +53,7 @@ import math
 import numpy as np
 
 from .._values._algorithms import broadcast_dims as broadcast_batch
+from .._values._errors import UnsupportedError
 from .._values._sdpa_desc import CAUSAL as CAUSAL
 from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
@@ -143,6 +144,121 @@ _TANH = (
 )
 
 
+# -- quantized operands and rounding to the graph's float types ------------------------------------
+
+# Round-to-nearest-even of an f32 to bf16's 8 or f16's 11 significant bits, kept as f32: the
+# graph's TypeCast or a bf16 op's output, emulated in registers (bits, no built-in call: PoCL
+# would not inline one). f16's subnormal and overflow ranges are not emulated: scores and
+# dequantized operands live far from both.
+_ROUND_DROP = {"bf16": 16, "f16": 13}
+
+
+def _rounding_functions(kinds: set[str]) -> str:
+    out = []
+    for kind in sorted(kinds):
+        drop = _ROUND_DROP[kind]
+        half, mask = (1 << (drop - 1)) - 1, (0xFFFFFFFF >> drop) << drop
+        for t, u in (("float", "uint"), ("float16", "uint16")):
+            suffix = "" if t == "float" else "_v"
+            out.append(f"static inline {t} sd_r{kind}{suffix}(const {t} x) {{ const {u} b = as_{u}(x);"
+                       f" return as_{t}((b + ({u})({half}u) + ((b >> {drop}u) & ({u})(1u))) & ({u})({mask}u)); }}\n")
+    return "".join(out)
+
+
+def _round(kind: str, expr: str, vector: bool = False) -> str:
+    """``expr`` rounded to ``kind`` (f32: unchanged)."""
+    return expr if kind == "f32" else f"sd_r{kind}{'_v' if vector else ''}({expr})"
+
+
+class _Operands:
+    """Float expressions of query, key and value elements: a plain load of a float operand, or a
+    load that dequantizes (``Quantization``: static scale and zero point in the source, or a
+    group's run-time scale and zero point read beside the element) and rounds as the graph's
+    TypeCast does. ``value(name, index, row, col)``: ``index`` the element's offset in its buffer,
+    ``row``/``col`` its coordinates in the kernel's (…, rows, cols) view of the operand (a grouped
+    scale's offset is computed from them and the batch offset ``off_ks``/``off_vs``...)."""
+
+    TAGS = {"query": "q", "key": "k", "value": "v"}
+
+    def __init__(self, desc: SdpaDesc, dtypes: dict[str, str], sa: dict[str, tuple[int, ...]]) -> None:
+        self.desc, self.dtypes, self.sa = desc, dtypes, sa
+        self.rounding = {q.round_out for q in self.quants.values()} - {"f32"}
+        for quant in (desc.probs_quant, desc.dst_quant):
+            if quant is not None:
+                self.rounding |= {quant.round_in, quant.round_out} - {"f32"}
+        if desc.score_rounding != "f32":
+            self.rounding.add(desc.score_rounding)
+
+    @property
+    def quants(self):
+        return {name: q for name in self.TAGS if (q := getattr(self.desc, f"{name}_quant")) is not None}
+
+    @property
+    def quantized(self) -> bool:
+        return bool(self.quants)
+
+    def functions(self) -> str:
+        return _rounding_functions(self.rounding)
+
+    def value(self, name: str, index: str, row: str, col: str) -> str:
+        raw = _dtype_io.load(self.dtypes[name], name, index)
+        quant = getattr(self.desc, f"{name}_quant")
+        if quant is None:
+            return raw
+        if not quant.grouped:
+            zp = f" - {c_float(quant.zp)}" if quant.zp else ""
+            return _round(quant.round_out, f"(({raw}){zp}) * {c_float(quant.static_scale)}")
+        tag = self.TAGS[name]
+        gr, gc = quant.group
+
+        def at(part: str) -> str:
+            s_row, s_col = self.sa[f"{tag}{part[0]}"][-2:]
+            r = f"({row})" if gr == 1 else f"(({row}) / {gr}UL)"
+            c = f"({col})" if gc == 1 else f"(({col}) / {gc}UL)"
+            return _dtype_io.load(self.dtypes[f"{name}_{part}"], f"{name}_{part}",
+                                  f"off_{tag}{part[0]} + {r} * {s_row}UL + {c} * {s_col}UL")
+        zp = f" - {at('zps')}" if getattr(self.desc, f"{name}_zps") is not None else ""
+        return _round(quant.round_out, f"(({raw}){zp}) * {at('scales')}")
+
+    def score(self, expr: str, vector: bool = False) -> str:
+        """A score op's result as the graph rounds it (bf16 scores of the int8 bf16 graphs)."""
+        return _round(self.desc.score_rounding, expr, vector)
+
+    def probability(self, expr: str, vector: bool = False) -> str:
+        """A normalised probability through the graph's Quantize -> Dequantize (``probs_quant``)."""
+        quant = self.desc.probs_quant
+        if quant is None:
+            return expr
+        t = "float16" if vector else "float"
+        zp = c_float(quant.zp)
+        # Quantize divides by the scale, as oneDNN's src / scale (a product by the rounded
+        # reciprocal would land on the other integer at some ties).
+        q = f"rint({_round(quant.round_in, expr, vector)} / ({t})({c_float(quant.static_scale)}) + ({t})({zp}))"
+        clamped = f"sd_clampq{'_v' if vector else ''}({q})"  # clamp() is a call on PoCL; selects are not
+        return _round(quant.round_out, f"(({clamped}) - ({t})({zp})) * ({t})({c_float(quant.static_scale)})", vector)
+
+    def probability_functions(self) -> str:
+        quant = self.desc.probs_quant
+        if quant is None:
+            return ""
+        low, high = _QRANGE[quant.dtype]
+        return "".join(
+            f"static inline {t} sd_clampq{sfx}(const {t} x) {{ return x < ({t})({c_float(low)}) ? ({t})({c_float(low)})"
+            f" : (x > ({t})({c_float(high)}) ? ({t})({c_float(high)}) : x); }}\n"
+            for t, sfx in (("float", ""), ("float16", "_v")))
+
+    def dst(self, expr: str) -> str:
+        """The float ``store`` of dst's type takes: quantized (its store rounds and saturates)."""
+        quant = self.desc.dst_quant
+        if quant is None:
+            return expr
+        zp = f" + {c_float(quant.zp)}" if quant.zp else ""
+        return f"({_round(quant.round_in, f'({expr})')} / {c_float(quant.static_scale)}{zp})"
+
+
+_QRANGE = {"s8": (-128, 127), "u8": (0, 255), "s4": (-8, 7), "u4": (0, 15)}
+
+
 def _hreduce(var: str, width: int, combine: str, out: str) -> str:
     """Statements declaring float ``out``: vector ``var`` of ``width`` lanes folded by halving."""
     lines, src = [], var
@@ -201,6 +317,10 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
         sa["c"] = _aligned(cond_dims, cond_strides, nd)
     if desc.stats is not None:
         sa["s"] = _aligned(desc.stats.dims, desc.stats.strides, nd)
+    for name, tag in (("key_scales", "ks"), ("key_zps", "kz"), ("value_scales", "vs"), ("value_zps", "vz")):
+        md = getattr(desc, name)
+        if md is not None:
+            sa[tag] = _aligned(md.dims, md.strides, nd)
     nbatch = math.prod(batch)
     offsets = index_code(batch, {name: s[:-2] for name, s in sa.items()}, "bi") if batch else (
         " ".join(f"const ulong off_{name} = 0;" for name in sa)
@@ -214,7 +334,11 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     args = tuple(desc.arg_descs)  # inputs in SdpaDesc.ARGS order, then dst, [stats]
     params = [_dtype_io.param(dtypes[name], name, const=name not in ("dst", "stats")) for name in args]
     loads = [dtypes[n] for n in args if n not in ("dst", "stats")]
-    functions = _dtype_io.functions(loads=loads, stores=(dtypes["dst"],))
+    if desc.probs_quant is not None and desc.probs_quant.dtype not in _QRANGE:
+        raise UnsupportedError(f"sdpa: probabilities quantized to {desc.probs_quant.dtype} (integer types only)")
+    operands = _Operands(desc, dtypes, sa)
+    functions = _dtype_io.functions(loads=loads, stores=(dtypes["dst"],)) + operands.functions() \
+        + operands.probability_functions()
     # One-element arguments, read once: sc (1/scale for "divide"), cap, fl (the fill value,
     # scaled where the graph's Select came before the scale: the same math as the graph).
     scale_code = ""
@@ -238,8 +362,12 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
         signature=f"__kernel void sdpa_fwd({', '.join(params)})", functions=functions, args=args,
         softcap=desc.softcap is not None, select=(desc.fill_if if has_select else None),
         causal_fill=desc.fill is not None and causal is not None, stats=desc.stats is not None,
+        ops=operands,
     )
-    if config.vector_width >= 16 and rowdot_applies(sq, d, dv, sa):
+    # The short-query kernel's vector loads take float operands only, and it has no second pass.
+    plain = not operands.quantized and desc.probs_quant is None and desc.dst_quant is None \
+        and desc.score_rounding == "f32"
+    if config.vector_width >= 16 and plain and rowdot_applies(sq, d, dv, sa):
         return _cpu_rowdot_generate(**common)
     if config.vector_width >= 16:
         rv = cpu_row_vectors(sq, d, dv, config.local_memory)
@@ -248,6 +376,10 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     shape = gpu_split_shape(sq, skv, d, dv, config)
     if shape is not None:
         return _gpu_split_generate(shape=shape, **common)
+    if desc.probs_quant is not None:
+        raise UnsupportedError(
+            f"sdpa: quantized probabilities (probs_quant) need the split GPU kernel or the CPU kernel; "
+            f"Sq={sq}, D={d}, Dv={dv} on this device take the one-row-per-work-item kernel")
     return _gpu_generate(config=config, **common)
 
 
@@ -271,7 +403,7 @@ def _tree(lines: list[str], names: list[str], combine: str, prefix: str) -> str:
 
 
 def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
-                  dtypes, signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
+                  dtypes, signature, functions, args, softcap, select, causal_fill, stats, ops) -> KernelSpec:
     bk, ge = CPU_SHAPES[rv]
     rb = 16 * rv  # query rows per work-item: rv float16 vectors, one row per lane
     qt, kt, vt, dt = (dtypes[n] for n in ("query", "key", "value", "dst"))
@@ -291,7 +423,7 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
         return "((float16)(" + ", ".join(expr(f"{16 * h + t}UL") for t in range(16)) + "))"
 
     # Q^T of the rb rows: qt[dd * rv + h] holds q[row][dd] of every lane of vector h, converted once.
-    q_value = load(qt, "query", f"off_q + {row('t')} * {sqm}UL + dd * {sqd}UL")
+    q_value = ops.value("query", f"off_q + {row('t')} * {sqm}UL + dd * {sqd}UL", row("t"), "dd")
     q_loop = (f"for (ulong t = 0; t < {rb}UL; ++t) for (ulong dd = 0; dd < {d}UL; ++dd)" if abs(sqd) <= abs(sqm)
               else f"for (ulong dd = 0; dd < {d}UL; ++dd) for (ulong t = 0; t < {rb}UL; ++t)")
     q_copy = f"{q_loop} qtf[dd * {rb}UL + t] = {q_value};"
@@ -325,22 +457,27 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
             return f"{tag}row{h}"
         return gather_rows(h, lambda t: load(dtypes[ptr], ptr, f"off_{tag} + {row(t)} * {oq}UL + (j0 + {j}UL) * {ok}UL"))
 
-    def block(nk: int) -> str:
-        """Keys j0 .. j0 + nk - 1 against the rb rows: scores, online softmax, O += p @ V."""
+    def block(nk: int, phase: str = "online") -> str:
+        """Keys j0 .. j0 + nk - 1 against the rb rows: scores, then for phase "online" the online
+        softmax and O += p @ V; "stats" only the running max and sum (the first pass of quantized
+        probabilities); "final" O += Q(p) @ V with p normalised by the first pass's m and l."""
         s = {h: [f"s{j}_{h}" for j in range(nk)] for h in hs}
         lines = [" ".join(f"float16 {x} = (float16)(0.0f);" for h in hs for x in s[h])]
         k_terms = "".join(
-            f" {{ const float16 k = (float16)({load(kt, 'key', f'kb + {j * skj}UL + dd * {skd}UL')});"
+            f" {{ const float16 k = (float16)({ops.value('key', f'kb + {j * skj}UL + dd * {skd}UL', f'j0 + {j}UL', 'dd')});"
             + "".join(f" s{j}_{h} += q{h} * k;" for h in hs) + " }"
             for j in range(nk))
         q_vecs = " ".join(f"const float16 q{h} = qt[dd * {rv}UL + {h}UL];" for h in hs)
         lines.append(f"""{{ const ulong kb = off_k + j0 * {skj}UL;
             __attribute__((opencl_unroll_hint(2)))
             for (ulong dd = 0; dd < {d}UL; ++dd) {{ {q_vecs}{k_terms} }} }}""")
+        rounds = ops.desc.score_rounding != "f32"
+        if rounds:
+            lines.append(" ".join(f"{x} = {ops.score(x, True)};" for h in hs for x in s[h]))
         if has_scale:
-            lines.append(" ".join(f"{x} *= (float16)(sc);" for h in hs for x in s[h]))
+            lines.append(" ".join(f"{x} = {ops.score(f'{x} * (float16)(sc)', True)};" for h in hs for x in s[h]))
         if softcap:
-            lines.append(" ".join(f"{x} = (float16)(cap) * sd_tanh({x});" for h in hs for x in s[h]))
+            lines.append(" ".join(f"{x} = {ops.score(f'(float16)(cap) * sd_tanh({x})', True)};" for h in hs for x in s[h]))
         if select is not None:
             lines.append(operand_loads("c", "select_mask", nk))
             test = "!=" if select else "=="
@@ -349,15 +486,22 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
                 for h in hs for j in range(nk)))
         if has_mask:
             lines.append(operand_loads("m", "mask", nk))
-            lines.append(" ".join(f"s{j}_{h} += {operand_vector('m', 'mask', j, h)};" for h in hs for j in range(nk)))
+            added = {(j, h): f"s{j}_{h} + {operand_vector('m', 'mask', j, h)}" for h in hs for j in range(nk)}
+            lines.append(" ".join(f"s{j}_{h} = {ops.score(added[j, h], True)};" for h in hs for j in range(nk)))
         if offset is not None:
             # Key j0 + j is masked for the rows q < j0 + j - offset; only blocks crossing the diagonal.
             body = " ".join(
                 f"s{j}_{h} = (rowi{h} < (int16)((int)((long)j0 + {j}L - {offset}))) ? {masked} : s{j}_{h};"
                 for h in hs for j in range(nk))
             lines.append(f"if ((long)j0 + {nk - 1}L > (long)q0 + {offset}) {{ {body} }}")
+        if phase == "final":  # normalised by the first pass, through the graph's Quantize -> Dequantize
+            for h in hs:
+                lines.append(" ".join(
+                    f"{x} = (l{h} > (float16)(0.0f)) ? {ops.probability(f'sd_exp({x} - mzf{h}) / l{h}', True)} : (float16)(0.0f);"
+                    for x in s[h]))
+                lines.append(f"const float16 alpha{h} = (float16)(1.0f);")
         # Lane-wise online softmax: no horizontal reductions, the lanes are rows.
-        for h in hs:
+        for h in (hs if phase != "final" else ()):
             top = _tree(lines, s[h], "SD_MAX({a}, {b})", f"mx{h}_")
             lines.append(f"const float16 mn{h} = SD_MAX(m{h}, {top});")
             lines.append(f"const float16 mz{h} = (mn{h} == (float16)(-INFINITY)) ? (float16)(0.0f) : mn{h};")
@@ -365,12 +509,17 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
             lines.append(" ".join(f"{x} = sd_exp({x} - mz{h});" for x in s[h]))
             total = _tree(lines, s[h], "{a} + {b}", f"ps{h}_")
             lines.append(f"l{h} = l{h} * alpha{h} + {total};")
+        if phase == "stats":
+            return "\n            ".join(lines)
+
+        def v_at(j: int, u: int, e0: str) -> str:
+            return ops.value("value", f"vb + {j * svj}UL + ({e0} + {u}UL) * {svd}UL", f"j0 + {j}UL", f"({e0} + {u}UL)")
 
         def pv(count: int, e0: str) -> str:
             accs = " ".join(f"float16 o{u}_{h} = os[({e0} + {u}UL) * {rv}UL + {h}UL] * alpha{h};"
                             for u in range(count) for h in hs)
             fmas = "\n                ".join(
-                "".join(f" {{ const float16 v = (float16)({load(vt, 'value', f'vb + {j * svj}UL + ({e0} + {u}UL) * {svd}UL')});"
+                "".join(f" {{ const float16 v = (float16)({v_at(j, u, e0)});"
                         + "".join(f" o{u}_{h} += s{j}_{h} * v;" for h in hs) + " }"
                         for u in range(count)) for j in range(nk))
             saves = " ".join(f"os[({e0} + {u}UL) * {rv}UL + {h}UL] = o{u}_{h};" for u in range(count) for h in hs)
@@ -400,14 +549,26 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
             f"const int16 rowi{h} = (int16)((int)q0 + {16 * h}) + (int16)(" + ", ".join(map(str, range(16))) + ");"
             for h in hs)
     full_blocks = skv // bk
-    if edge_keys == 0:
-        loop = f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{\n            {block(bk)}\n        }}"
-    elif full_blocks == 0:
-        loop = f"if (kv_end > 0UL) {{ const ulong j0 = 0;\n            {block(edge_keys)}\n        }}"
+
+    def loop_of(phase: str) -> str:
+        if edge_keys == 0:
+            return f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{\n            {block(bk, phase)}\n        }}"
+        if full_blocks == 0:
+            return f"if (kv_end > 0UL) {{ const ulong j0 = 0;\n            {block(edge_keys, phase)}\n        }}"
+        return (f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{ if (j0 + {bk}UL <= {skv}UL) {{"
+                f"\n            {block(bk, phase)}\n        }}"
+                f" else {{\n            {block(edge_keys, phase)}\n        }} }}")
+
+    two_pass = ops.desc.probs_quant is not None
+    if two_pass:
+        # A quantized probability needs its row's final max and sum: a first pass makes them, the
+        # second recomputes the scores and adds Q(p) @ V (FlashAttention's online rescaling cannot
+        # commute with a rounding to integers).
+        loop = (loop_of("stats") + "\n    "
+                + " ".join(f"const float16 mzf{h} = (m{h} == (float16)(-INFINITY)) ? (float16)(0.0f) : m{h};" for h in hs)
+                + "\n    " + loop_of("final"))
     else:
-        loop = (f"for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{ if (j0 + {bk}UL <= {skv}UL) {{"
-                f"\n            {block(bk)}\n        }}"
-                f" else {{\n            {block(edge_keys)}\n        }} }}")
+        loop = loop_of("online")
     state = " ".join(f"float16 m{h} = sd_wide((float16)(-INFINITY)), l{h} = (float16)(0.0f);" for h in hs)
     # SoftMax's statistics, max + log(sum): -inf for a row of -inf scores (m = -inf, l = 0).
     stats_code = ""
@@ -416,7 +577,7 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
         stats_code = (" ".join(f"st[{h}] = m{h} + log(l{h});" for h in hs)
                       + f" for (ulong t = 0; t < SD_MIN({rb}UL, {sq}UL - q0); ++t)"
                       f" stats[off_s + (q0 + t) * {ssm}UL] = ((__local float*)st)[t];")
-    normalise = " ".join(
+    normalise = "" if two_pass else " ".join(
         f"{{ const float16 inv = (l{h} > (float16)(0.0f)) ? (float16)(1.0f) / l{h} : (float16)(0.0f);"
         f" for (ulong e = 0; e < {dv}UL; ++e) os[e * {rv}UL + {h}UL] *= inv; }}" for h in hs)
     source = functions + _PRELUDE + _EXP + (_TANH if softcap else "") + f"""{signature} {{
@@ -441,7 +602,7 @@ def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scal
     {normalise}
     const ulong nq = SD_MIN({rb}UL, {sq}UL - q0);
     for (ulong t = 0; t < nq; ++t) for (ulong e = 0; e < {dv}UL; ++e)
-        {store(dt, "dst", f"off_d + (q0 + t) * {sdm}UL + e * {sdd}UL", f"osf[e * {rb}UL + t]")}
+        {store(dt, "dst", f"off_d + (q0 + t) * {sdm}UL + e * {sdd}UL", ops.dst(f"osf[e * {rb}UL + t]"))}
 }}
 """
     return KernelSpec(
@@ -467,7 +628,7 @@ def rowdot_applies(sq: int, d: int, dv: int, sa: dict) -> bool:
 
 
 def _cpu_rowdot_generate(*, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset, dtypes,
-                         signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
+                         signature, functions, args, softcap, select, causal_fill, stats, ops) -> KernelSpec:
     """One work-item per (query row, batch index). Scores by blocks of 16 keys: where K is
     contiguous along D, each key's score is a float16 dot product and one horizontal sum; where
     K is contiguous along keys (a graph's K^T), the 16 keys are the lanes, one FMA per head-dim
@@ -582,7 +743,7 @@ def _gpu_local(sq: int, config: KernelConfig) -> int:
 
 
 def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
-                  offset, dtypes, signature, functions, args, softcap, select, causal_fill, stats) -> KernelSpec:
+                  offset, dtypes, signature, functions, args, softcap, select, causal_fill, stats, ops) -> KernelSpec:
     qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
     load = _dtype_io.load
     local = _gpu_local(sq, config)
@@ -594,18 +755,20 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     svj, svd = sa["v"][-2:]
     sdm, sdd = sa["d"][-2:]
     smq, smk = sa["m"][-2:] if has_mask else (0, 0)
-    score = ["float x = 0.0f;", f"for (uint dd = 0; dd < {d}u; ++dd) x += qr[dd] * kl[j * {d}u + dd];"]
+    score = ["float x = 0.0f;", f"for (uint dd = 0; dd < {d}u; ++dd) x += qr[dd] * kl[j * {d}u + dd];",
+             f"x = {ops.score('x')};"]
     if has_scale:
-        score.append("x *= sc;")
+        score.append(f"x = {ops.score('x * sc')};")
     if softcap:
-        score.append("x = cap * tanh(x);")
+        score.append(f"x = {ops.score('cap * tanh(x)')};")
     if select is not None:
         scq, sck = sa["c"][-2:]
         c = load(dtypes["select_mask"], "select_mask", f"off_c + qc * {scq}UL + (j0 + j) * {sck}UL")
         score.append(f"if (j0 + j < {skv}UL && ({c} {'!=' if select else '=='} 0.0f)) x = fl;")
     masked = [f"j0 + j >= {skv}UL"]
     if has_mask:
-        score.append(f"if (j0 + j < {skv}UL) x += {load(mt, 'mask', f'off_m + qc * {smq}UL + (j0 + j) * {smk}UL')};")
+        added = f"x + {load(mt, 'mask', f'off_m + qc * {smq}UL + (j0 + j) * {smk}UL')}"
+        score.append(f"if (j0 + j < {skv}UL) x = {ops.score(added)};")
     if offset is not None and causal_fill:
         score.append(f"if ((long)(j0 + j) > (long)qi + {offset}) x = fl;")
     elif offset is not None:
@@ -616,7 +779,7 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
                   f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
     else:
         kv_end = f"const ulong kv_end = {skv}UL;"
-    store_row = _dtype_io.store(dt, "dst", f"off_d + qi * {sdm}UL + e * {sdd}UL", "o[e] * inv")
+    store_row = _dtype_io.store(dt, "dst", f"off_d + qi * {sdm}UL + e * {sdd}UL", ops.dst("o[e] * inv"))
     source = functions + f"""__attribute__((reqd_work_group_size({local}, 1, 1)))
 {signature} {{
     __local float kl[{bk * d}];
@@ -628,7 +791,7 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     const ulong qi = g * {local}UL + lid;
     const ulong qc = qi < {sq}UL ? qi : {sq - 1}UL;
     float qr[{d}];
-    for (uint dd = 0; dd < {d}u; ++dd) qr[dd] = {load(qt, 'query', f'off_q + qc * {sqm}UL + dd * {sqd}UL')};
+    for (uint dd = 0; dd < {d}u; ++dd) qr[dd] = {ops.value('query', f'off_q + qc * {sqm}UL + dd * {sqd}UL', 'qc', 'dd')};
     float o[{dv}];
     for (uint e = 0; e < {dv}u; ++e) o[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -637,11 +800,11 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint t = lid; t < {bk * d}u; t += {local}u) {{
             const ulong j = t / {d}u, dd = t % {d}u;
-            kl[t] = j0 + j < {skv}UL ? {load(kt, 'key', f'off_k + (j0 + j) * {skj}UL + dd * {skd}UL')} : 0.0f;
+            kl[t] = j0 + j < {skv}UL ? {ops.value('key', f'off_k + (j0 + j) * {skj}UL + dd * {skd}UL', 'j0 + j', 'dd')} : 0.0f;
         }}
         for (uint t = lid; t < {bk * dv}u; t += {local}u) {{
             const ulong j = t / {dv}u, e = t % {dv}u;
-            vl[t] = j0 + j < {skv}UL ? {load(vt, 'value', f'off_v + (j0 + j) * {svj}UL + e * {svd}UL')} : 0.0f;
+            vl[t] = j0 + j < {skv}UL ? {ops.value('value', f'off_v + (j0 + j) * {svj}UL + e * {svd}UL', 'j0 + j', 'e')} : 0.0f;
         }}
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[{bk}];
@@ -721,7 +884,7 @@ def gpu_split_shape(sq: int, skv: int, d: int, dv: int, config: KernelConfig) ->
     return t, bk, local
 
 
-def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig) -> bool:
+def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig, *, probs_quantized: bool = False) -> bool:
     """Whether this kernel is the faster way to run an attention of these sizes on ``config``
     (the graph lowering runs the ops one by one where it is not).
 
@@ -731,8 +894,9 @@ def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig) -> boo
     and leaves most of the device idle on short queries. H100, ``bench_graph.py --engine
     gpu:0``, wall time per run fused / op by op at D = 256: gemma2 3458 / 228 µs, codegemma
     2818 / 257, MHA-GPT 706 / 231; with the split kernel (D = 64) 1.2-3.0x faster fused."""
-    if config.vector_width != 1:
+    if config.vector_width != 1 and not (probs_quantized and not cpu_row_vectors(sq, d, dv, config.local_memory)):
         return True
+    # Quantized probabilities take the two-pass kernels only: the CPU one (above) or the split one.
     return gpu_split_shape(sq, skv, d, dv, config) is not None
 
 
@@ -744,7 +908,7 @@ def _split_local_floats(t: int, bk: int, local: int, d: int, dv: int) -> int:
 
 def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
                         offset, dtypes, signature, functions, args, softcap, select, causal_fill,
-                        stats) -> KernelSpec:
+                        stats, ops) -> KernelSpec:
     """T work-items per query row, local / T rows per work-group. Work-item t of a row takes keys
     t, t + T, ... of each tile (a quarter-warp's 8 work-items read 8 consecutive K/V rows of the
     tile: float4 reads free of bank conflicts, the rows of a warp share them as broadcasts) and
@@ -768,7 +932,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     nq4, nv4 = d4 // 4, dv4 // 4
 
     def copy(dst_name: str, row_len: int, n_rows: int, width: int, ext: int, base: str, s_row: int, s_col: int,
-             dtype: str, ptr: str, row_limit: str | None) -> str:
+             dtype: str, ptr: str, row_limit: str | None, row0: str) -> str:
         """Cooperative copy of n_rows x width (zero past ext columns / row_limit rows) into local."""
         col_fast = abs(s_col) <= abs(s_row) or s_row == 0
         if col_fast:
@@ -780,7 +944,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
             conds.append(f"c < {ext}u")
         if row_limit is not None:
             conds.append(row_limit)
-        value = load(dtype, ptr, f"{base} + (ulong)r * {s_row}UL + (ulong)c * {s_col}UL")
+        value = ops.value(ptr, f"{base} + (ulong)r * {s_row}UL + (ulong)c * {s_col}UL", f"{row0} + (ulong)r", "(ulong)c")
         if conds:
             value = f"({' && '.join(conds)}) ? {value} : 0.0f"
         return (f"for (uint u = lid; u < {n_rows * width}u; u += {local}u) {{ {idx} "
@@ -789,14 +953,17 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     # Q rows of the group (clamped past Sq) through local memory, then into float4 registers.
     q_rows_end = f"g * {rows}UL + r < {sq}UL"
     q_copy = copy("tl", d4, rows, d4, d, f"off_q + g * {rows * sqm}UL", sqm, sqd, qt, "query",
-                  q_rows_end if sq % rows else None)
-    q_regs = " ".join(f"const float4 q{i} = L4(tl + rw * {d4}u + {4 * i}u){' * sc' if has_scale else ''};" for i in range(nq4))
+                  q_rows_end if sq % rows else None, f"g * {rows}UL")
+    # The scale folds into q, unless the graph rounds the scores before and after scaling them.
+    rounds = ops.desc.score_rounding != "f32"
+    fold = has_scale and not rounds
+    q_regs = " ".join(f"const float4 q{i} = L4(tl + rw * {d4}u + {4 * i}u){' * sc' if fold else ''};" for i in range(nq4))
 
     kv_full = skv % bk == 0
     k_copy = copy("kl", ks, bk, d4, d, f"off_k + j0 * {skj}UL", skj, skd, kt, "key",
-                  None if kv_full else f"j0 + r < {skv}UL")
+                  None if kv_full else f"j0 + r < {skv}UL", "j0")
     v_copy = copy("vl", vs, bk, dv4, dv, f"off_v + j0 * {svj}UL", svj, svd, vt, "value",
-                  None if kv_full else f"j0 + r < {skv}UL")
+                  None if kv_full else f"j0 + r < {skv}UL", "j0")
 
     lines = []
     if has_mask:
@@ -815,15 +982,19 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     post = []
     for c in range(kc):
         key = f"j0 + {c * t_}UL + t"
+        if rounds:
+            post.append(f"s{c} = {ops.score(f's{c}')};")
+            if has_scale:
+                post.append(f"s{c} = {ops.score(f's{c} * sc')};")
         if softcap:
-            post.append(f"s{c} = cap * tanh(s{c});")
+            post.append(f"s{c} = {ops.score(f'cap * tanh(s{c})')};")
         if select is not None:
             scq, sck = sa["c"][-2:]
             cv = load(dtypes["select_mask"], "select_mask", f"off_c + qc * {scq}UL + ({key}) * {sck}UL")
             in_range = "" if kv_full else f"{key} < {skv}UL && "
             post.append(f"if ({in_range}{cv} {'!=' if select else '=='} 0.0f) s{c} = fl;")
         if has_mask:
-            post.append(f"s{c} += mk{c};")
+            post.append(f"s{c} = {ops.score(f's{c} + mk{c}')};")
         conds = []
         if not kv_full:
             conds.append(f"{key} >= {skv}UL")
@@ -854,8 +1025,8 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     merge = []
     for e0 in range(0, dv4, ce):
         n = min(ce, dv4 - e0)
-        writes = " ".join(f"L4(tl + lid * {ce + 4}u + {4 * i}u) = o{(e0 // 4) + i} * f;" for i in range(n // 4))
-        out = store(dt, "dst", f"off_d + qi * {sdm}UL + (ulong)({e0}u + e) * {sdd}UL", "acc * inv")
+        writes = " ".join(f"L4(tl + lid * {ce + 4}u + {4 * i}u) = o{(e0 // 4) + i} * fo;" for i in range(n // 4))
+        out = store(dt, "dst", f"off_d + qi * {sdm}UL + (ulong)({e0}u + e) * {sdd}UL", ops.dst("acc * invo"))
         merge.append(f"""barrier(CLK_LOCAL_MEM_FENCE);
     {writes}
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -865,6 +1036,48 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
         {out}
     }}""")
     o_init = " ".join(f"float4 o{e} = (float4)(0.0f);" for e in range(nv4))
+    score_code = chr(10).join("        " + s for s in score).lstrip()
+    tile = f"""{mask_loads}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {k_copy}
+        @V_COPY@
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {score_code}
+        {" ".join(post)}"""
+    if ops.desc.probs_quant is None:
+        main = f"""for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{
+        {tile.replace("@V_COPY@", v_copy)}
+        float bm = m; {top}
+        const float mz = bm == -INFINITY ? 0.0f : bm;
+        const float alpha = exp(m - mz);
+        {exps}
+        l = l * alpha + ({psum});
+        {chr(10).join("        " + s for s in pv).lstrip()}
+        m = bm;
+    }}"""
+        second, scaling = "", "const float fo = f, invo = inv;"
+    else:
+        # Quantized probabilities need the row's final max and sum: a first pass over the keys
+        # (K tiles only) makes each work-item's m and l, merged below; the second recomputes the
+        # scores and adds Q(exp(s - M) / L) @ V, already normalised.
+        main = f"""for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{
+        {tile.replace("@V_COPY@", "")}
+        float bm = m; {top}
+        const float mz = bm == -INFINITY ? 0.0f : bm;
+        const float alpha = exp(m - mz);
+        {exps}
+        l = l * alpha + ({psum});
+        m = bm;
+    }}"""
+        probs = " ".join(f"const float p{c} = ll > 0.0f ? {ops.probability(f'exp(s{c} - mmz) / ll')} : 0.0f;"
+                         for c in range(kc))
+        pv_final = [p_line.replace(f"o{e} *= alpha;", "") for e, p_line in enumerate(pv)]
+        second = f"""for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{
+        {tile.replace("@V_COPY@", v_copy)}
+        {probs}
+        {chr(10).join("        " + s for s in pv_final).lstrip()}
+    }}"""
+        scaling = "const float fo = 1.0f, invo = 1.0f;"
     source = functions + "#define L4(p) (*(__local float4*)(p))\n" + f"""__attribute__((reqd_work_group_size({local}, 1, 1)))
 {signature} {{
     __local float4 tl4[{tile_floats // 4}];
@@ -884,22 +1097,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     {o_init}
     float m = -INFINITY, l = 0.0f;
     {kv_end}
-    for (ulong j0 = 0; j0 < kv_end; j0 += {bk}UL) {{
-        {mask_loads}
-        barrier(CLK_LOCAL_MEM_FENCE);
-        {k_copy}
-        {v_copy}
-        barrier(CLK_LOCAL_MEM_FENCE);
-        {chr(10).join("        " + s for s in score).lstrip()}
-        {" ".join(post)}
-        float bm = m; {top}
-        const float mz = bm == -INFINITY ? 0.0f : bm;
-        const float alpha = exp(m - mz);
-        {exps}
-        l = l * alpha + ({psum});
-        {chr(10).join("        " + s for s in pv).lstrip()}
-        m = bm;
-    }}
+    {main}
     red_m[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     float mm = -INFINITY;
@@ -912,6 +1110,8 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     for (uint w = 0; w < {t_}u; ++w) ll += red_l[rw * {t_}u + w];
     const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
     {f"if (qi < {sq}UL && t == 0u) stats[off_s + qi * {sa['s'][-2]}UL] = mm + log(ll);" if stats else ""}
+    {second}
+    {scaling}
     {chr(10).join("    " + s for s in merge).lstrip()}
 }}
 """
@@ -946,14 +1146,35 @@ def reference(
     causal_sub=None,
     dst_dtype: str = "f32",
     with_stats: bool = False,
+    query_quant=None,
+    key_quant=None,
+    value_quant=None,
+    key_scales=None,
+    key_zps=None,
+    value_scales=None,
+    value_zps=None,
+    probs_quant=None,
+    dst_quant=None,
+    score_rounding: str = "f32",
 ):
     """``softmax(scores) @ V`` of user-facing values (bf16 as float32) in float64, K in its natural
     (…, Skv, D) layout, the scores made as ``SdpaDesc`` says: Q @ K^T, [Select before the scale],
     scale, softcap, [Select], + mask, causal (-inf, or ``fill`` where given); rows with every
     score -inf give 0 (``inf_as_zero``). Rounded to float32 and stored as ``dst_dtype``; with
-    ``with_stats``, ``(dst, stats)``, stats the rows' max + log(sum(exp(s - max))) as float32."""
-    q, k, v = (_dtype_io.widen(x) for x in (query, key, value))
-    s = np.matmul(q, np.swapaxes(k, -1, -2))
+    ``with_stats``, ``(dst, stats)``, stats the rows' max + log(sum(exp(s - max))) as float32.
+
+    Quantized attention (``SdpaDesc``'s ``*_quant``, grouped scales and zero points, and
+    ``score_rounding``) as the op-by-op graph computes it: dequantized operands rounded to the
+    TypeCast's type, every score op's result rounded to ``score_rounding``, the probabilities
+    through Quantize -> Dequantize, dst quantized."""
+    q = _dequantized(query, query_quant, None, None)
+    k = _dequantized(key, key_quant, key_scales, key_zps)
+    v = _dequantized(value, value_quant, value_scales, value_zps)
+
+    def r(x):
+        return x if score_rounding == "f32" else _dtype_io.store_reference(x, score_rounding).astype(np.float64)
+
+    s = r(np.matmul(q, np.swapaxes(k, -1, -2)))
 
     def one(x) -> float:
         return float(_dtype_io.widen(x).reshape(-1)[0])
@@ -967,17 +1188,17 @@ def reference(
     if scale is not None:
         factor = one(scale)
         if scale_mode == "multiply":
-            s = s * factor
+            s = r(s * factor)
         elif scale_mode == "divide":
-            s = s / factor
+            s = r(s / factor)
         else:
             raise ValueError(f"scale_mode {scale_mode!r} is not one of {', '.join(SCALE_MODES)}")
     if softcap is not None:
-        s = one(softcap) * np.tanh(s)
+        s = r(one(softcap) * np.tanh(s))
     if select_mask is not None and not fill_before_scale:
         s = select(s, one(fill))
     if mask is not None:
-        s = s + _dtype_io.widen(mask)
+        s = r(s + _dtype_io.widen(mask))
     sq, skv = s.shape[-2:]
     offset = _causal_offset(causal, sq, skv)
     if offset is not None and (causal_add is not None or causal_sub is not None):
@@ -994,10 +1215,43 @@ def reference(
         total = np.sum(e, axis=-1, keepdims=True)
         p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
         stats = np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), -np.inf)
-    out = _dtype_io.store_reference(np.matmul(p, v).astype(np.float32), dst_dtype)
+    if probs_quant is not None:
+        p = _through(p, probs_quant)
+    out = np.matmul(p, v).astype(np.float32)
+    if dst_quant is not None:
+        rounded = _dtype_io.store_reference(out, dst_quant.round_in).astype(np.float32)
+        out = rounded / np.float32(dst_quant.static_scale) + np.float32(dst_quant.zp)
+    out = _dtype_io.store_reference(out, dst_dtype)
     if with_stats:
         return out, stats.astype(np.float32)
     return out
+
+
+def _dequantized(x, quant, scales, zps) -> np.ndarray:
+    """float64 values of an operand, dequantized (and rounded to ``round_out``) where ``quant``."""
+    if quant is None:
+        return _dtype_io.widen(x)
+    x = np.asarray(x, dtype=np.float64)
+    if quant.grouped:
+        gr, gc = quant.group
+
+        def spread(t):
+            return np.repeat(np.repeat(np.asarray(t, dtype=np.float64), gr, axis=-2), gc, axis=-1)
+        scale, zp = spread(scales), (spread(zps) if zps is not None else 0.0)
+    else:
+        scale, zp = np.float64(np.float32(quant.static_scale)), float(quant.zp)
+    y = ((x - zp) * scale).astype(np.float32)
+    return _dtype_io.store_reference(y, quant.round_out).astype(np.float64)
+
+
+def _through(p: np.ndarray, quant) -> np.ndarray:
+    """Probabilities through the graph's Quantize -> Dequantize (rounded on the way in and out)."""
+    low, high = _QRANGE[quant.dtype]
+    p32 = _dtype_io.store_reference(p.astype(np.float32), quant.round_in).astype(np.float32)
+    scale = np.float32(quant.static_scale)
+    stored = np.clip(np.rint(p32 / scale + np.float32(quant.zp)), low, high)
+    back = ((stored - quant.zp) * scale).astype(np.float32)
+    return _dtype_io.store_reference(back, quant.round_out).astype(np.float64)
 
 
 def _reference(desc: SdpaDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -1007,6 +1261,10 @@ def _reference(desc: SdpaDesc, inputs: dict[str, np.ndarray]) -> np.ndarray:
         select_mask=inputs.get("select_mask"), fill=inputs.get("fill"), fill_if=desc.fill_if,
         fill_before_scale=desc.fill_before_scale, causal_add=inputs.get("causal_add"),
         causal_sub=inputs.get("causal_sub"), dst_dtype=desc.dst.dtype,
+        query_quant=desc.query_quant, key_quant=desc.key_quant, value_quant=desc.value_quant,
+        key_scales=inputs.get("key_scales"), key_zps=inputs.get("key_zps"), value_scales=inputs.get("value_scales"),
+        value_zps=inputs.get("value_zps"), probs_quant=desc.probs_quant, dst_quant=desc.dst_quant,
+        score_rounding=desc.score_rounding,
     )
 
 
@@ -1015,6 +1273,8 @@ def _tolerance(desc: SdpaDesc) -> float:
     # D = 64 (tests/primitives/test_sdpa.py), growing with D (tests/kernels/test_local_memory.py),
     # plus one rounding step of dst's storage type.
     d = desc.query.dims[-1]
+    if desc.dst_quant is not None:  # a quantized dst: one step of its type where f32 sums land across a tie
+        return 1.0
     return 1e-5 * max(1.0, d / 64) + _dtype_io.EPSILON[desc.dst.dtype]
 
 

@@ -64,6 +64,7 @@ from ._values import (
     PrimitiveImpl,
     PrimitiveKey,
     ProfilingError,
+    Quantization,  # quantized SDPA operands (issue 22)
     QuantizeDesc,
     QuantizedMatmulDesc,  # int8 matmul (issue 22)
     ReductionDesc,
@@ -151,6 +152,7 @@ __all__ = [
     "PrimitiveKey",
     "ProfilingError",
     "ProfilingTimes",
+    "Quantization",
     "ReductionDesc",
     "ReorderDesc",
     "ResamplingBackwardDesc",

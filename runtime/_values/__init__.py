@@ -52,6 +52,7 @@ from ._pooling_bwd_desc import PoolingBackwardDesc as PoolingBackwardDesc
 from ._pooling_desc import PoolingDesc as PoolingDesc
 from ._prelu_bwd_desc import PreluBackwardDesc as PreluBackwardDesc
 from ._prelu_desc import PreluDesc as PreluDesc
+from ._quantization import Quantization as Quantization  # quantized SDPA operands (issue 22)
 from ._quantize_desc import QuantizeDesc as QuantizeDesc
 from ._quantized_matmul_desc import QuantizedMatmulDesc as QuantizedMatmulDesc  # int8 matmul (issue 22)
 from ._reduction_desc import ReductionDesc as ReductionDesc

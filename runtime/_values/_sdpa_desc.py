@@ -6,13 +6,24 @@ from __future__ import annotations
 import attrs
 
 from ._algorithms import broadcast_dims
-from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._quantization import INTEGER_TYPES, QUANTIZED_TYPES, ROUNDINGS, Quantization
 
 CAUSAL: tuple[str, ...] = ("top_left", "bottom_right")
 SCALE_MODES: tuple[str, ...] = ("multiply", "divide")
 FLOAT_DTYPES: tuple[str, ...] = ("f32", "bf16", "f16")
+OPERAND_DTYPES: tuple[str, ...] = FLOAT_DTYPES + QUANTIZED_TYPES
+_QUANT_OPERANDS = ("query", "key", "value")
+
+
+def _optional_quantization(name: str):
+    def validate(instance, attribute, value) -> None:
+        if value is not None and not isinstance(value, Quantization):
+            raise InvalidArgumentError(f"{name} must be a Quantization or None, not {type(value).__name__}")
+
+    return validate
 
 
 def _optional_memory_desc(name: str):
@@ -62,9 +73,22 @@ class SdpaDesc(OpDesc):
     kv > q + causal_add - causal_sub is masked (Skv - Sq when neither is given). ``stats``, an optional f32
     output (…, Sq, 1): each row's ``max + log(sum(exp(score - max)))``, SoftMax's second output.
 
-    Data types: query, key, value, dst, mask, scale, softcap and fill each f32, bf16 or f16;
-    f32 math. Execution arguments: query, key, value, [scale], [softcap], [select_mask],
-    [fill], [mask], [causal_add], [causal_sub], dst, [stats].
+    Quantized attention (oneDNN's int8, fp8 and compressed-K/V graphs): ``query_quant``,
+    ``key_quant``, ``value_quant`` (``Quantization``) say how a query, key or value stored as
+    s8/u8/s4/u4/f8 maps to real values, the kernel dequantizing as it loads; a grouped key or value
+    quantization takes its run-time scales (``key_scales``/``value_scales``, f32/f16/bf16) and
+    optional zero points (``key_zps``/``value_zps``, the operand's type) shaped as the operand in
+    the kernel's (…, Skv, D) / (…, Skv, Dv) view with the last two dims divided by the group.
+    ``probs_quant``: the probabilities go through Quantize -> Dequantize before the second
+    product (a second pass over the keys normalises them first: a quantized probability needs
+    the row's final sum); ``dst_quant``: dst is stored quantized (its dtype the quantization's).
+    ``score_rounding``: the float type the graph rounds each score op's result to (bf16 scores
+    of the int8 bf16 graphs), so that the kernel's scores are the graph's.
+
+    Data types: query, key, value each f32, bf16 or f16 (or quantized, as above); dst, mask,
+    scale, softcap and fill each f32, bf16 or f16; f32 math. Execution arguments: query, key,
+    value, [scale], [softcap], [select_mask], [fill], [mask], [causal_add], [causal_sub],
+    [key_scales], [key_zps], [value_scales], [value_zps], dst, [stats].
     """
 
     query: MemoryDesc = attrs.field(validator=memory_desc("query"))
@@ -86,12 +110,30 @@ class SdpaDesc(OpDesc):
                                                 validator=_optional_memory_desc("causal_add"))
     causal_sub: MemoryDesc | None = attrs.field(default=None, kw_only=True,
                                                 validator=_optional_memory_desc("causal_sub"))
+    query_quant: Quantization | None = attrs.field(default=None, kw_only=True,
+                                                   validator=_optional_quantization("query_quant"))
+    key_quant: Quantization | None = attrs.field(default=None, kw_only=True,
+                                                 validator=_optional_quantization("key_quant"))
+    value_quant: Quantization | None = attrs.field(default=None, kw_only=True,
+                                                   validator=_optional_quantization("value_quant"))
+    probs_quant: Quantization | None = attrs.field(default=None, kw_only=True,
+                                                   validator=_optional_quantization("probs_quant"))
+    dst_quant: Quantization | None = attrs.field(default=None, kw_only=True,
+                                                 validator=_optional_quantization("dst_quant"))
+    key_scales: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                                validator=_optional_memory_desc("key_scales"))
+    key_zps: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("key_zps"))
+    value_scales: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                                  validator=_optional_memory_desc("value_scales"))
+    value_zps: MemoryDesc | None = attrs.field(default=None, kw_only=True,
+                                               validator=_optional_memory_desc("value_zps"))
+    score_rounding: str = attrs.field(default="f32", kw_only=True, validator=_one_of("score_rounding", ROUNDINGS))
 
     kind = "sdpa"
     ARGS = (
-        Arg("query", dtypes=FLOAT_DTYPES),
-        Arg("key", dtypes=FLOAT_DTYPES),
-        Arg("value", dtypes=FLOAT_DTYPES),
+        Arg("query", dtypes=OPERAND_DTYPES),
+        Arg("key", dtypes=OPERAND_DTYPES),
+        Arg("value", dtypes=OPERAND_DTYPES),
         Arg("scale", optional=True, dtypes=FLOAT_DTYPES),
         Arg("softcap", optional=True, dtypes=FLOAT_DTYPES),
         Arg("select_mask", optional=True, dtypes=("boolean", "u8")),
@@ -99,7 +141,11 @@ class SdpaDesc(OpDesc):
         Arg("mask", optional=True, dtypes=FLOAT_DTYPES),
         Arg("causal_add", optional=True, dtypes=("s32",)),
         Arg("causal_sub", optional=True, dtypes=("s32",)),
-        Arg("dst", output=True, dtypes=FLOAT_DTYPES),
+        Arg("key_scales", optional=True, dtypes=FLOAT_DTYPES),
+        Arg("key_zps", optional=True, dtypes=QUANTIZED_TYPES),
+        Arg("value_scales", optional=True, dtypes=FLOAT_DTYPES),
+        Arg("value_zps", optional=True, dtypes=QUANTIZED_TYPES),
+        Arg("dst", output=True, dtypes=OPERAND_DTYPES),
         Arg("stats", output=True, optional=True, dtypes=("f32",)),
     )
 
@@ -109,6 +155,7 @@ class SdpaDesc(OpDesc):
             if md.ndims < 2:
                 raise InvalidArgumentError(f"{name} dims {md.dims} need at least 2 dimensions (rows, head size)")
         (sq, d), (skv, dk), (skv_v, dv) = self.query.dims[-2:], self.key.dims[-2:], self.value.dims[-2:]
+        self._check_quantization()
         if d != dk:
             raise ArgumentMismatchError(
                 f"query dims {self.query.dims} have head size D={d} but key dims {self.key.dims} have D={dk}"
@@ -162,8 +209,14 @@ class SdpaDesc(OpDesc):
             raise ArgumentMismatchError(f"scale dims {self.scale.dims} hold {self.scale.nelems} elements; expected one")
         dims = batch + (sq, dv)
         if self.dst is None:
-            self._set("dst", MemoryDesc(dims, self.query.dtype))
+            dtype = self.dst_quant.dtype if self.dst_quant is not None else (
+                self.query.dtype if self.query.dtype in FLOAT_DTYPES else "f32")
+            self._set("dst", MemoryDesc(dims, dtype))
         check_memory_desc("dst", self.dst)
+        if self.dst_quant is None and self.dst.dtype in QUANTIZED_TYPES:
+            raise InvalidArgumentError(f"dst has the quantized dtype {self.dst.dtype!r}: it needs dst_quant=Quantization(...)")
+        if self.dst_quant is not None and self.dst_quant.dtype != self.dst.dtype:
+            raise ArgumentMismatchError(f"dst has dtype {self.dst.dtype!r} but dst_quant is for {self.dst_quant.dtype!r}")
         if self.dst.dims != dims:
             raise ArgumentMismatchError(
                 f"dst dims {self.dst.dims} differ from the attention output dims {dims} "
@@ -175,6 +228,55 @@ class SdpaDesc(OpDesc):
                 raise ArgumentMismatchError(
                     f"stats dims {self.stats.dims} differ from the per-row statistics dims {batch + (sq, 1)}"
                 )
+
+    def _check_quantization(self) -> None:
+        """A quantized operand has its Quantization and its Quantization names its dtype; grouped
+        scales (and zero points) are shaped as the operand divided by the group."""
+        for name in _QUANT_OPERANDS:
+            md, quant = getattr(self, name), getattr(self, f"{name}_quant")
+            if quant is None:
+                if md.dtype in QUANTIZED_TYPES:
+                    raise InvalidArgumentError(
+                        f"{name} has the quantized dtype {md.dtype!r}: it needs {name}_quant=Quantization(...)")
+                for part in ("scales", "zps"):
+                    if getattr(self, f"{name}_{part}", None) is not None:
+                        raise InvalidArgumentError(f"{name}_{part} belong to a grouped {name}_quant; there is none")
+                continue
+            if quant.dtype != md.dtype:
+                raise ArgumentMismatchError(f"{name} has dtype {md.dtype!r} but {name}_quant is for {quant.dtype!r}")
+            if not quant.grouped:
+                for part in ("scales", "zps"):
+                    if getattr(self, f"{name}_{part}", None) is not None:
+                        raise InvalidArgumentError(f"{name}_{part} go with a grouped {name}_quant; it has a static scale")
+                continue
+            if name == "query":
+                raise InvalidArgumentError("query_quant must be static (per tensor); grouped scales are for key and value")
+            scales, zps = getattr(self, f"{name}_scales"), getattr(self, f"{name}_zps")
+            if scales is None:
+                raise InvalidArgumentError(f"a grouped {name}_quant needs its run-time {name}_scales")
+            rows, cols = md.dims[-2:]
+            gr, gc = quant.group
+            if rows % gr or cols % gc:
+                raise ArgumentMismatchError(
+                    f"{name}_quant group {quant.group} does not divide {name}'s last dims ({rows}, {cols})")
+            want = md.dims[:-2] + (rows // gr, cols // gc)
+            for part, part_md in (("scales", scales), ("zps", zps)):
+                if part_md is not None and part_md.dims != want:
+                    raise ArgumentMismatchError(
+                        f"{name}_{part} dims {part_md.dims} differ from {want} ({name} dims {md.dims} by group {quant.group})")
+            if zps is not None and zps.dtype != md.dtype:
+                raise ArgumentMismatchError(f"{name}_zps has dtype {zps.dtype!r}; {name} has {md.dtype!r}")
+        if self.probs_quant is not None and self.probs_quant.grouped:
+            raise InvalidArgumentError("probs_quant must be static (per tensor)")
+        if self.dst_quant is not None and self.dst_quant.grouped:
+            raise InvalidArgumentError("dst_quant must be static (per tensor)")
+
+    def check_supported(self) -> None:
+        """Before the cache, as for every kind: also the probabilities' quantization, which the
+        kernels apply to integer types only."""
+        super().check_supported()
+        if self.probs_quant is not None and self.probs_quant.dtype not in INTEGER_TYPES:
+            raise UnsupportedError(f"sdpa: probabilities quantized to {self.probs_quant.dtype} (integer types only)")
 
     @property
     def label(self) -> str:

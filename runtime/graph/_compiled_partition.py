@@ -480,7 +480,7 @@ def _fusion_pays(match, engine: Engine) -> bool:
     q, v = known_shape(match.query), known_shape(match.value)
     sq, d = q[-2], q[-1]
     skv, dv = (v[-1], v[-2]) if match.value_transposed else (v[-2], v[-1])
-    return sdpa_kernel.fusion_pays(sq, skv, d, dv, engine._config)
+    return sdpa_kernel.fusion_pays(sq, skv, d, dv, engine._config, probs_quantized=match.probs_quant is not None)
 
 
 def _backward_pays(match, engine: Engine) -> bool:

@@ -249,9 +249,17 @@ class Builder:
         for name in ("select_mask", "mask"):
             if getattr(match, name) is not None:
                 inputs[name] = self.view(getattr(match, name))
+        # Grouped scales and zero points are seen as their operand is (K^T, V^T swapped).
+        for operand, transposed in (("key", match.key_transposed), ("value", match.value_transposed)):
+            for part in ("scales", "zps"):
+                lt = getattr(match, f"{operand}_{part}")
+                if lt is not None:
+                    inputs[f"{operand}_{part}"] = last_two_swapped(self.view(lt)) if transposed else self.view(lt)
         # Without a scale SdpaDesc stores scale_mode "multiply" and fill_before_scale False.
         options = dict(scale_mode=match.scale_mode, causal=match.causal, fill_if=match.fill_if,
-                       fill_before_scale=match.fill_before_scale)
+                       fill_before_scale=match.fill_before_scale, score_rounding=match.score_rounding,
+                       **{name: getattr(match, name) for name in
+                          ("query_quant", "key_quant", "value_quant", "probs_quant", "dst_quant")})
 
         def make(query, key, value, dst, **optional):
             return SdpaDesc(query, key, value, dst, **optional, **options)

@@ -28,12 +28,28 @@ through a Reorder) as its second input, V^T first: it then makes the output's tr
 MatMul may carry a bias. Data movement after the second MatMul (``StaticTranspose``,
 ``StaticReshape``, ``Reorder`` of the same type, each intermediate read only by the next) joins
 the match: the kernel writes the last one's layout directly.
+
+Quantized attention (oneDNN's int8 MHA and compressed-K/V graphs) joins the same match:
+
+* Q, K or V may each be made by a ``Dequantize`` (static, per tensor, of s8/u8/s4/u4/f8) or a
+  ``DynamicDequantize`` (K and V only, ``per_group`` over their last two dims, scales and
+  optional zero points as tensors), optionally through one ``TypeCast`` to bf16/f16; the kernel
+  reads the quantized tensor and dequantizes as it loads, rounding as the TypeCast does;
+* SoftMax's output may go through [``TypeCast`` to f32 ->] ``Quantize`` -> ``Dequantize`` (per tensor,
+  one scale and zero point, to s8/u8) [-> ``TypeCast``] before the second MatMul: the kernel's two-pass form;
+* the output (after the data movement) may go through [``TypeCast`` to f32 ->] one per-tensor
+  ``Quantize``: the kernel stores the quantized values;
+* the scores may be bf16 or f16 (the first MatMul's output type) rather than f32: the kernel
+  rounds each score op's result to it, as the graph does.
+
+Each intermediate of these chains is read only by the next op and is not a partition output.
 """
 
 from __future__ import annotations
 
 import attrs
 
+from .._values._quantization import INTEGER_TYPES, QUANTIZED_TYPES, Quantization
 from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 
@@ -65,6 +81,16 @@ class SdpaMatch:
     output_transposed: bool = False  # the second MatMul made (…, Dv, Sq): V^T @ P^T
     tail: tuple[Op, ...] = ()        # data movement after the second MatMul, in order
     final: LogicalTensor | None = None  # the tail's last output (the output without a tail)
+    query_quant: Quantization | None = None
+    key_quant: Quantization | None = None
+    value_quant: Quantization | None = None
+    key_scales: LogicalTensor | None = None
+    key_zps: LogicalTensor | None = None
+    value_scales: LogicalTensor | None = None
+    value_zps: LogicalTensor | None = None
+    probs_quant: Quantization | None = None
+    dst_quant: Quantization | None = None
+    score_rounding: str = "f32"
 
 
 @attrs.define
@@ -90,6 +116,7 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
     for op in ops:
         for lt in op.inputs:
             readers.setdefault(lt.id, []).append(op)
+    producers = {lt.id: op for op in ops for lt in op.outputs}
 
     def only_reader(lt: LogicalTensor, dtypes: tuple[str, ...] = ("f32",)) -> Op | None:
         if lt.id in output_ids or lt.dtype not in dtypes:
@@ -105,6 +132,8 @@ def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
         if first.attrs.get("transpose_a") or any(len(known_shape(lt)) < 2 for lt in first.inputs):
             continue
         match = _match_from(first, only_reader, readers, output_ids)
+        if match is not None:
+            match = _quantized(match, producers, only_reader)
         if match is not None and not taken.intersection(match.ops):
             matches.append(match)
             taken.update(match.ops)
@@ -115,8 +144,11 @@ def _match_from(first: Op, only_reader, readers, output_ids) -> SdpaMatch | None
     chain = [first.id]
     sc = _Scores()
     current = first.outputs[0]
+    scores = current.dtype  # f32, or bf16/f16 scores the kernel rounds as the graph does
+    if scores not in _FLOATS:
+        return None
     while True:
-        causal = _causal_select(current, readers, output_ids)
+        causal = _causal_select(current, readers, output_ids, scores)
         if causal is not None:
             ids, fill, out, shift = causal
             if sc.select_mask is not None or sc.causal is not None or sc.tanh:
@@ -126,7 +158,7 @@ def _match_from(first: Op, only_reader, readers, output_ids) -> SdpaMatch | None
             chain.extend(ids)
             current = out
             continue
-        step = only_reader(current)
+        step = only_reader(current, (scores,))
         if step is None:
             return None
         if step.kind == "SoftMax":
@@ -145,6 +177,13 @@ def _match_from(first: Op, only_reader, readers, output_ids) -> SdpaMatch | None
         return None
     chain.append(softmax.id)
     probs = softmax.outputs[0]
+    round_trip = _probability_round_trip(probs, only_reader)
+    if round_trip is False:
+        return None
+    probs_quant = None
+    if round_trip is not None:
+        probs_quant, probs, trip_ids = round_trip
+        chain.extend(trip_ids)
     second = only_reader(probs, _FLOATS)
     transposed = False
     if second is not None and second.kind == "StaticTranspose" and _swaps_last_two(second.attrs.get("order"), rank):
@@ -185,7 +224,8 @@ def _match_from(first: Op, only_reader, readers, output_ids) -> SdpaMatch | None
         select_mask=sc.select_mask, fill=sc.fill, fill_if=sc.fill_if,
         fill_before_scale=sc.fill_before_scale and sc.scale is not None, causal=sc.causal, stats=stats,
         causal_add=sc.causal_add, causal_sub=sc.causal_sub,
-        output_transposed=transposed, tail=tuple(tail), final=final)
+        output_transposed=transposed, tail=tuple(tail), final=final, score_rounding=scores,
+        probs_quant=probs_quant)
 
 
 def _score_step(step: Op, current: LogicalTensor, sc: _Scores) -> bool:
@@ -238,11 +278,11 @@ def _score_step(step: Op, current: LogicalTensor, sc: _Scores) -> bool:
     return False
 
 
-def _causal_select(scores: LogicalTensor, readers, output_ids):
+def _causal_select(scores: LogicalTensor, readers, output_ids, dtype: str = "f32"):
     """``(op ids, fill, masked scores)`` where ``scores`` is read by exactly GenIndex(-2),
     GenIndex(-1) and a Select of their GreaterEqual (the implicit top-left causal mask), else None."""
     found = readers.get(scores.id, [])
-    if scores.id in output_ids or scores.dtype != "f32" or len(found) != 3:
+    if scores.id in output_ids or scores.dtype != dtype or len(found) != 3:
         return None
     rank = len(known_shape(scores))
     gens = {op.attrs.get("axis", 0) % rank: op for op in found if op.kind == "GenIndex"}
@@ -306,3 +346,148 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+# -- quantized attention ---------------------------------------------------------------------------
+
+
+def _quantized(match: SdpaMatch, producers: dict[int, Op], only_reader) -> SdpaMatch | None:
+    """``match`` with the quantization chains around it taken in (module docstring); the match as
+    it was where there are none; None where a chain is there but the kernel cannot take it (a
+    grouped query, a Quantize -> Dequantize pair with two scales...): then the ops run one by one."""
+    changes: dict = {}
+    ids: list[int] = []
+    for name, lt in (("query", match.query), ("key", match.key), ("value", match.value)):
+        found = _dequantized_input(lt, producers, only_reader)
+        if found is None:
+            continue
+        if found is False:
+            return None
+        raw, quant, scales, zps, op_ids = found
+        if quant.grouped:
+            if name == "query":
+                return None
+            transposed = match.key_transposed if name == "key" else match.value_transposed
+            if transposed:  # the kernel's view swaps the last two dims: so does the group
+                quant = attrs.evolve(quant, group=quant.group[::-1])
+            changes.update({f"{name}_scales": scales, f"{name}_zps": zps})
+        changes.update({name: raw, f"{name}_quant": quant})
+        ids.extend(op_ids)
+    final = match.final if match.final is not None else match.output
+    tail_ids: list[int] = []
+    if not any(op.kind == "StaticReshape" for op in match.tail):  # a reshape may need the op-by-op tail
+        stored = _quantized_output(final, only_reader)
+        if stored is not None:
+            changes["dst_quant"], out, tail_ids = stored
+            changes["final"] = out
+    if not changes:
+        return match
+    first, rest = match.ops[0], match.ops[1:]
+    return attrs.evolve(match, ops=(first, *ids, *rest, *tail_ids), **changes)
+
+
+def _dequantized_input(lt: LogicalTensor, producers: dict[int, Op], only_reader):
+    """``(quantized tensor, Quantization, scales, zps, op ids)`` where ``lt`` is made by a
+    [Dynamic]Dequantize [-> TypeCast] chain read only on the way; None where it is not; False
+    where it is one the kernel cannot take."""
+    op = producers.get(lt.id)
+    ids, round_out = [], "f32"
+    if op is None or op.kind not in ("TypeCast", "Dequantize", "DynamicDequantize") or only_reader(lt, _FLOATS) is None:
+        return None
+    if op.kind == "TypeCast" and lt.dtype in ("bf16", "f16") and op.inputs[0].dtype == "f32":
+        if only_reader(op.inputs[0], ("f32",)) is not op:
+            return None
+        round_out, ids = lt.dtype, [op.id]
+        op = producers.get(op.inputs[0].id)
+    if op is None or op.kind not in ("Dequantize", "DynamicDequantize"):
+        return None
+    made = op.outputs[0]
+    if made.dtype not in _FLOATS or op.inputs[0].dtype not in QUANTIZED_TYPES:
+        return None
+    if not ids:
+        round_out = made.dtype
+    raw = op.inputs[0]
+    if op.kind == "Dequantize":
+        scales, zps = op.attrs.get("scales", ()), op.attrs.get("zps", ())
+        if op.attrs.get("qtype", "per_tensor") != "per_tensor" or len(scales) != 1 or len(zps) > 1:
+            return False
+        try:
+            quant = Quantization(raw.dtype, float(scales[0]), int(zps[0]) if zps else 0, round_out=round_out)
+        except ValueError:  # an outlier zero point: just arithmetic op by op
+            return False
+        return raw, quant, None, None, [op.id, *ids]
+    rank = len(known_shape(raw))
+    group = [int(g) for g in op.attrs.get("group_shape", ())]
+    if op.attrs.get("qtype") != "per_group" or len(group) != rank or any(g != 1 for g in group[:-2]) or \
+            len(op.inputs) not in (2, 3) or rank < 2:
+        return False
+    scales = op.inputs[1]
+    zps = op.inputs[2] if len(op.inputs) == 3 else None
+    if scales.dtype not in _FLOATS or (zps is not None and zps.dtype != raw.dtype):
+        return False
+    try:
+        quant = Quantization(raw.dtype, group=tuple(group[-2:]), round_out=round_out)
+    except ValueError:
+        return False
+    return raw, quant, scales, zps, [op.id, *ids]
+
+
+def _probability_round_trip(probs: LogicalTensor, only_reader):
+    """``(Quantization, the tensor the second MatMul reads, op ids)`` where SoftMax's output
+    ``probs`` goes through [TypeCast to f32 ->] Quantize -> Dequantize [-> TypeCast], each read
+    only on the way; None where it does not; False where the kernel cannot take the chain."""
+    ids: list[int] = []
+    current, round_in = probs, probs.dtype
+    op = only_reader(current, _FLOATS)
+    if op is not None and op.kind == "TypeCast" and op.outputs[0].dtype == "f32" and current.dtype != "f32":
+        ids.append(op.id)
+        current = op.outputs[0]
+        op = only_reader(current, ("f32",))
+    if op is None or op.kind != "Quantize":
+        return None
+    quantize = op
+    stored = quantize.outputs[0]
+    dequantize = only_reader(stored, QUANTIZED_TYPES)
+    if dequantize is None or dequantize.kind != "Dequantize":
+        return False
+    ids += [quantize.id, dequantize.id]
+    current = dequantize.outputs[0]
+    round_out = current.dtype
+    op = only_reader(current, _FLOATS)
+    if op is not None and op.kind == "TypeCast" and op.outputs[0].dtype in ("bf16", "f16"):
+        ids.append(op.id)
+        current = op.outputs[0]
+        round_out = current.dtype
+    q_attrs, d_attrs = quantize.attrs, dequantize.attrs
+    scales = list(q_attrs.get("scales", ()))
+    zps = list(q_attrs.get("zps", ()) or [0])
+    if any(a.get("qtype", "per_tensor") != "per_tensor" for a in (q_attrs, d_attrs)) or \
+            stored.dtype not in INTEGER_TYPES or len(scales) != 1 or len(zps) != 1 or \
+            list(d_attrs.get("scales", ())) != scales or list(d_attrs.get("zps", ()) or [0]) != zps:
+        return False
+    try:
+        quant = Quantization(stored.dtype, float(scales[0]), int(zps[0]), round_in=round_in, round_out=round_out)
+    except ValueError:
+        return False
+    return quant, current, ids
+
+
+def _quantized_output(final: LogicalTensor, only_reader):
+    """``(Quantization, quantized tensor, op ids)`` where ``final`` goes through [TypeCast to
+    f32 ->] one per-tensor Quantize, each read only on the way; else None."""
+    op = only_reader(final, _FLOATS)
+    ids: list[int] = []
+    round_in = final.dtype
+    if op is not None and op.kind == "TypeCast" and op.outputs[0].dtype == "f32":
+        ids.append(op.id)
+        op = only_reader(op.outputs[0], ("f32",))
+    if op is None or op.kind != "Quantize" or op.outputs[0].dtype not in QUANTIZED_TYPES:
+        return None
+    scales, zps = op.attrs.get("scales", ()), op.attrs.get("zps", ()) or [0]
+    if op.attrs.get("qtype", "per_tensor") != "per_tensor" or len(scales) != 1 or len(zps) != 1:
+        return None
+    try:
+        quant = Quantization(op.outputs[0].dtype, float(scales[0]), int(zps[0]), round_in=round_in)
+    except ValueError:
+        return None
+    return quant, op.outputs[0], [*ids, op.id]

@@ -270,7 +270,7 @@ def test_bad_descriptors(make, error, match):
 @pytest.mark.parametrize(
     "make, culprit",
     [
-        (lambda: SdpaDesc(MemoryDesc((4, 8), "s8"), MemoryDesc((5, 8)), MemoryDesc((5, 8))), "query has dtype 's8'"),
+        (lambda: SdpaDesc(MemoryDesc((4, 8), "s32"), MemoryDesc((5, 8)), MemoryDesc((5, 8))), "query has dtype 's32'"),
         (lambda: SdpaDesc(MemoryDesc((4, 8)), MemoryDesc((5, 8)), MemoryDesc((5, 8)), mask=MemoryDesc((4, 5), "boolean")),
          "mask has dtype 'boolean'"),
         (lambda: SdpaDesc(MemoryDesc((4, 8)), MemoryDesc((5, 8)), MemoryDesc((5, 8)), MemoryDesc((4, 8), "s32")),

@@ -1,0 +1,37 @@
+"""oneDNN's quantized attention graphs (../shared/graphs/benchdnn/complex_fusion/mha, skipped
+cleanly without ../shared) compile to one fused SDPA primitive each, Dequantize / DynamicDequantize /
+TypeCast / Quantize included, and pass with benchdnn's verdict: the u8 outputs of the int8 MHA
+graph equal the op-by-op reference exactly (the kernel rounds to bf16 where the graph does)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from triodnn.graph._compiled_partition import compile_partition
+from triodnn.graph._json import load
+from triodnn.testing import run_case
+
+MHA = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "complex_fusion" / "mha"
+GRAPHS = [
+    "MHA-distill_bert-inf-int8-bs1.json",             # u8 Q/K/V, bf16 scores, u8 probabilities and dst
+    "sdpa-compressed-kv-int4-gs32.json",              # s4 K^T and V, grouped f16 scales, s4 zero points
+    "sdpa-compressed-kv-implicit-causal-mask-int8-gs128.json",  # s8 groups of 128 and a causal mask
+]
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+async def test_quantized_attention_is_one_fused_primitive_and_passes(engine, name):
+    path = MHA / name
+    if not path.is_file():
+        pytest.skip(f"no {path} (../shared is absent)")
+    (partition,) = load(path).get_partitions()
+    ins, outs = list(partition.input_ports), list(partition.output_ports)
+    compiled = await compile_partition(partition, engine, ins, outs, partition._infer(ins, outs, declared=True))
+    assert [prim.desc.kind for prim in compiled.primitives] == ["sdpa"]
+    result = await run_case(path, engine=engine)
+    assert result.status == "PASSED", result
+    if name.startswith("MHA"):
+        (check,) = result.checks
+        assert check.mismatches == 0 and check.rtol == 0.0  # u8: every element equal
