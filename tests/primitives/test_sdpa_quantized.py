@@ -185,3 +185,18 @@ async def test_fp8_probabilities_are_refused_and_cache_nothing(engine):
         await engine.create_primitive(desc)
     after = triodnn.primitive_cache_statistics()
     assert (after.size, after.misses, after.in_flight_builds) == (before.size, before.misses, 0)
+
+
+async def test_scores_recomputed_where_they_do_not_fit(configured, rng, monkeypatch):
+    """The second pass recomputes Q @ K^T where the first pass's scores would not fit (__local
+    memory on the CPU kernel, GPU_CACHED_SCORES on the split kernel): the same numbers."""
+    monkeypatch.setattr(sdpa, "GPU_CACHED_SCORES", 0)
+    if configured._config.vector_width >= 16:  # room for Q^T and O (64 B a row vector and column), not the scores
+        configured._config = attrs.evolve(configured._config, local_memory=8192)
+    b, h, sq, skv, d = 1, 2, 29, 61, 16  # dims of their own: no cached primitive of the other form
+    desc = SdpaDesc(MemoryDesc((b, h, sq, d)), MemoryDesc((b, h, skv, d)), MemoryDesc((b, h, skv, d)),
+                    probs_quant=Quantization("s8", 1 / 127, -3))
+    arrays = {name: rng.uniform(-2, 2, md.dims).astype(np.float32)
+              for name, md in desc.arg_descs.items() if name != "dst"}
+    got = await run(configured, desc, arrays)
+    assert np.abs(got - reference(desc, arrays)).max() <= 1e-4
