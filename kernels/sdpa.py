@@ -54,12 +54,13 @@ import numpy as np
 
 from .._values._algorithms import broadcast_dims as broadcast_batch
 from .._values._errors import UnsupportedError
-from .._values._float8 import decode as decode_float8
+from .._values._quantization import RANGES
 from .._values._sdpa_desc import CAUSAL as CAUSAL
 from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
 from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io
+from ._quantized_io import quantized_value, rounded, rounding_functions, table, table_load, tabled
 from ._registry import register
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code
 
@@ -147,30 +148,6 @@ _TANH = (
 
 # -- quantized operands and rounding to the graph's float types ------------------------------------
 
-# Round-to-nearest-even of an f32 to bf16's 8 or f16's 11 significant bits, kept as f32: the
-# graph's TypeCast or a bf16 op's output, emulated in registers (bits, no built-in call: PoCL
-# would not inline one). f16's subnormal and overflow ranges are not emulated: scores and
-# dequantized operands live far from both.
-_ROUND_DROP = {"bf16": 16, "f16": 13}
-
-
-def _rounding_functions(kinds: set[str]) -> str:
-    out = []
-    for kind in sorted(kinds):
-        drop = _ROUND_DROP[kind]
-        half, mask = (1 << (drop - 1)) - 1, (0xFFFFFFFF >> drop) << drop
-        for t, u in (("float", "uint"), ("float16", "uint16")):
-            suffix = "" if t == "float" else "_v"
-            out.append(f"static inline {t} sd_r{kind}{suffix}(const {t} x) {{ const {u} b = as_{u}(x);"
-                       f" return as_{t}((b + ({u})({half}u) + ((b >> {drop}u) & ({u})(1u))) & ({u})({mask}u)); }}\n")
-    return "".join(out)
-
-
-def _round(kind: str, expr: str, vector: bool = False) -> str:
-    """``expr`` rounded to ``kind`` (f32: unchanged)."""
-    return expr if kind == "f32" else f"sd_r{kind}{'_v' if vector else ''}({expr})"
-
-
 class _Operands:
     """Float expressions of query, key and value elements: a plain load of a float operand, or a
     load that dequantizes (``Quantization``: static scale and zero point in the source, or a
@@ -199,39 +176,19 @@ class _Operands:
         return bool(self.quants)
 
     def functions(self) -> str:
-        return _rounding_functions(self.rounding) + "".join(
-            self._table(name, quant) for name, quant in self.quants.items() if self._tabled(quant))
-
-    @staticmethod
-    def _tabled(quant) -> bool:
-        return not quant.grouped and quant.dtype in _BYTE_CODES
-
-    @staticmethod
-    def _table(name: str, quant) -> str:
-        """A static dequantization of a byte type as a table of its 256 values, dequantized and
-        rounded once in numpy: one load per element where the arithmetic (convert, subtract,
-        multiply, round to bf16) cost more than the products it feeds. PoCL, 1x12x128x64 u8
-        attention with bf16 casts: 5.4 ms with the arithmetic in the loops."""
-        codes = np.arange(256, dtype=np.uint8)
-        if quant.dtype in ("f8_e4m3", "f8_e5m2"):
-            stored = decode_float8(codes, quant.dtype).astype(np.float64)
-        else:
-            stored = codes.view(np.int8 if quant.dtype == "s8" else np.uint8).astype(np.float64)
-        values = ((stored - quant.zp) * np.float64(np.float32(quant.static_scale))).astype(np.float32)
-        values = _dtype_io.store_reference(values, quant.round_out).astype(np.float32)
-        entries = ", ".join(c_float(float(v)) for v in values)
-        return f"__constant float sd_table_{name}[256] = {{{entries}}};\n"
+        return rounding_functions(self.rounding) + "".join(
+            table(name, quant) for name, quant in self.quants.items() if tabled(quant))
 
     def value(self, name: str, index: str, row: str, col: str) -> str:
         raw = _dtype_io.load(self.dtypes[name], name, index)
         quant = getattr(self.desc, f"{name}_quant")
         if quant is None:
             return raw
-        if self._tabled(quant):
-            return f"sd_table_{name}[(uchar){name}[{index}]]"
+        if tabled(quant):
+            return table_load(name, index)
         if not quant.grouped:
             zp = f" - {c_float(quant.zp)}" if quant.zp else ""
-            return _round(quant.round_out, f"(({raw}){zp}) * {c_float(quant.static_scale)}")
+            return rounded(quant.round_out, f"(({raw}){zp}) * {c_float(quant.static_scale)}")
         tag = self.TAGS[name]
         gr, gc = quant.group
 
@@ -242,11 +199,11 @@ class _Operands:
             return _dtype_io.load(self.dtypes[f"{name}_{part}"], f"{name}_{part}",
                                   f"off_{tag}{part[0]} + {r} * {s_row}UL + {c} * {s_col}UL")
         zp = f" - {at('zps')}" if getattr(self.desc, f"{name}_zps") is not None else ""
-        return _round(quant.round_out, f"(({raw}){zp}) * {at('scales')}")
+        return rounded(quant.round_out, f"(({raw}){zp}) * {at('scales')}")
 
     def score(self, expr: str, vector: bool = False) -> str:
         """A score op's result as the graph rounds it (bf16 scores of the int8 bf16 graphs)."""
-        return _round(self.desc.score_rounding, expr, vector)
+        return rounded(self.desc.score_rounding, expr, vector)
 
     def probability(self, expr: str, vector: bool = False) -> str:
         """A normalised probability through the graph's Quantize -> Dequantize (``probs_quant``)."""
@@ -260,9 +217,11 @@ class _Operands:
         # Round half to even by adding and taking away 1.5 * 2^23 (|x| < 2^22 here: a quantized
         # probability); rint() stays a call on PoCL.
         magic = f"({t})({c_float(12582912.0)})"
-        q = f"(({_round(quant.round_in, expr, vector)} / ({t})({c_float(quant.static_scale)}) + ({t})({zp}) + {magic}) - {magic})"
+        scale = f"({t})({c_float(quant.static_scale)})"
+        q = f"(({rounded(quant.round_in, expr, vector)} / {scale} + ({t})({zp}) + {magic}) - {magic})"
         clamped = f"sd_clampq{'_v' if vector else ''}({q})"  # clamp() is a call on PoCL; selects are not
-        return _round(quant.round_out, f"(({clamped}) - ({t})({zp})) * ({t})({c_float(quant.static_scale)})", vector)
+        back = f"(({clamped}) - ({t})({zp})) * {scale}"
+        return rounded(quant.round_out, back, vector)
 
     def probability_functions(self) -> str:
         quant = self.desc.probs_quant
@@ -279,12 +238,10 @@ class _Operands:
         quant = self.desc.dst_quant
         if quant is None:
             return expr
-        zp = f" + {c_float(quant.zp)}" if quant.zp else ""
-        return f"({_round(quant.round_in, f'({expr})')} / {c_float(quant.static_scale)}{zp})"
+        return quantized_value(quant, expr)
 
 
-_QRANGE = {"s8": (-128, 127), "u8": (0, 255), "s4": (-8, 7), "u4": (0, 15)}
-_BYTE_CODES = ("s8", "u8", "f8_e4m3", "f8_e5m2")
+_QRANGE = RANGES
 
 
 def _hreduce(var: str, width: int, combine: str, out: str) -> str:
