@@ -1,5 +1,7 @@
 """bench_int8_matmul: an int8 matmul graph fused into one quantized_matmul primitive vs the same
-graph op by op (Dequantize, Dequantize, f32 MatMul with its post-op chain, Quantize).
+graph op by op (Dequantize, Dequantize, f32 MatMul with its post-op chain, Quantize); int8
+convolution graphs given with --case (e.g. oneDNN's int8_conv_post_ops_fusion) likewise, fused
+into one convolution primitive.
 
 The graph is oneDNN's int8_matmul_post_ops pattern: u8 src (per-tensor zero point), s8 weights
 (per-channel scales and zero points), f32 bias, ReLU, Quantize to u8; plus the public oneDNN
@@ -51,9 +53,11 @@ def int8_matmul(m: int, k: int, n: int) -> Graph:
 
 
 async def compile_all(graph, engine, fused: bool):
-    original = compiled_partition.find_int8_matmuls
+    # Both int8 matchers (matmul and convolution) answer "no match" for the op-by-op variant.
+    originals = compiled_partition.find_int8_matmuls, compiled_partition.find_int8_convolutions
     if not fused:
         compiled_partition.find_int8_matmuls = lambda *args: {}
+        compiled_partition.find_int8_convolutions = lambda *args: {}
     try:
         out = []
         for p in graph.get_partitions():
@@ -62,7 +66,7 @@ async def compile_all(graph, engine, fused: bool):
             out.append(cp)
         return out
     finally:
-        compiled_partition.find_int8_matmuls = original
+        compiled_partition.find_int8_matmuls, compiled_partition.find_int8_convolutions = originals
 
 
 async def bench(name, graph, engine, repeat):

@@ -40,8 +40,9 @@ from .._values._convolution_desc import ConvolutionDesc
 from .._values._convolution_desc import out_size as out_size
 from . import _dtype_io, _post_ops, tolerance
 from ._post_ops import generate_scaled
+from ._quantized_io import centered, quantized_value
 from ._registry import register
-from ._spec import KernelConfig, KernelSpec, padded_global
+from ._spec import KernelConfig, KernelSpec, c_float, padded_global
 
 
 def channel_block(config: KernelConfig, ocg: int) -> int:
@@ -86,6 +87,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     po_strides = _post_ops.operand_strides(post_ops, len(dst_dims))
     po_params = _post_ops.params(post_ops)
     args = ("src", "weights") + (("bias",) if has_bias else ()) + tuple(po_strides) + ("dst",)
+    quant = _Quant(desc)
 
     # Output position from the linear id, innermost axis first (divisions by constants).
     pos = ["long r = (long)p;"]
@@ -106,11 +108,12 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
             lines.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
         src_off = " + ".join(f"i{a} * {ss[2 + i]}L" for i, a in enumerate(axes))
         wei_off = " + ".join(f"k{a} * {ws[2 + i]}L" for i, a in enumerate(axes))
-        lines.append(f"{indent}const float x = {_dtype_io.load(src_dtype, 'src_c', src_off)};")
+        lines.append(f"{indent}const float x = {quant.src(_dtype_io.load(src_dtype, 'src_c', src_off))};")
         lines.append(f"{indent}const long wk = {wei_off};")
         for j in range(ocb):
             guard = f"if (oc0 + {j} < {ocg}L) " if check_oc and j else ""
-            lines.append(f"{indent}{guard}acc{j} += x * {_dtype_io.load(wei_dtype, 'wei_c', f'{j * ws[0]}L + wk')};")
+            w = quant.weights(_dtype_io.load(wei_dtype, "wei_c", f"{j * ws[0]}L + wk"))
+            lines.append(f"{indent}{guard}acc{j} += x * {w};")
         for _ in axes:
             indent = indent[:-4]
             lines.append(f"{indent}}}")
@@ -126,7 +129,8 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
             chain = _dtype_io.apply_post_ops_scalar(post_ops, "v", od, {
                 name: f"off_{name} + (gc + {j}) * {s[1]}L" for name, s in po_strides.items()
             }, dst_dtype)
-            stores.append(f"        {guard}{{ float v = acc{j}{bias}; {chain} {_dtype_io.store(dst_dtype, 'dst', od, 'v')} }}")
+            store = quant.store(dst_dtype, "dst", od, "v")
+            stores.append(f"        {guard}{{ float v = acc{j}{quant.scaled()}{bias}; {chain} {store} }}")
         return f"""
         {accs}
         for (long ic = 0; ic < {icg}L; ++ic) {{
@@ -155,7 +159,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
             nsp=nsp, n=n, icg=icg, ocg=ocg, groups=groups, ksz=ksz, isp=isp, osp=osp, ss=ss, ws=ws, ds=ds,
             bias_strides=bias_strides, strides=strides, padding_l=padding_l, dilation=dilation,
             bias_param=bias_param + po_params, config=config, post_ops=post_ops, po_strides=po_strides,
-            args=args, dtypes=dtypes, helpers=helpers, params=(src_param, wei_param, dst_param),
+            args=args, dtypes=dtypes, helpers=helpers, params=(src_param, wei_param, dst_param), quant=quant,
         )
     local = max(1, min(config.local_size, npos))
     po_offsets = "".join(
@@ -193,7 +197,7 @@ ROWS_TIMES_CHANNELS = 8  # rows x channels per work-item on the row-vector path:
 
 
 def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_strides, strides, padding_l,
-                dilation, bias_param, config, post_ops, po_strides, args, dtypes, helpers, params) -> KernelSpec:
+                dilation, bias_param, config, post_ops, po_strides, args, dtypes, helpers, params, quant) -> KernelSpec:
     """CPU path: 16 consecutive output positions along the innermost axis as one float16 per channel.
 
     Needs src contiguous along that axis and stride 1 there, so each window tap is 16 contiguous src
@@ -265,9 +269,9 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
         lines.append(f"{indent}__global const {_dtype_io.STORAGE[src_dtype]}* row = src_c{src_off} + ow0 - {pw}L;")
         lines.append(f"{indent}__global const {_dtype_io.STORAGE[wei_dtype]}* wrow = wei_c{wei_off};")
         for k in range(kw_n):
-            plain = ", ".join(_dtype_io.load(src_dtype, "row", f"{k * dw + t}") for t in range(tw))
+            plain = ", ".join(quant.src(_dtype_io.load(src_dtype, "row", f"{k * dw + t}")) for t in range(tw))
             sel = ", ".join(
-                f"((ulong)(b{k} + {t}L) < {iw}UL ? {_dtype_io.load(src_dtype, 'row', f'{k * dw + t}')} : 0.0f)"
+                f"((ulong)(b{k} + {t}L) < {iw}UL ? {quant.src(_dtype_io.load(src_dtype, 'row', f'{k * dw + t}'))} : 0.0f)"
                 for t in range(tw)
             )
             lines.append(f"{indent}{{")
@@ -275,7 +279,7 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             lines.append(f"{indent}    if (full{k}) x = (float16)({plain});")
             lines.append(f"{indent}    else x = (float16)({sel});")
             for j in range(ocb):
-                w = _dtype_io.load(wei_dtype, "wrow", f"{j * ws[0] + k * ws[-1]}L")
+                w = quant.weights(_dtype_io.load(wei_dtype, "wrow", f"{j * ws[0] + k * ws[-1]}L"))
                 if check_oc and j:
                     w = f"(oc0 + {j} < {ocg}L ? {w} : 0.0f)"
                 lines.append(f"{indent}    acc{j}_{rr} += x * {w};")
@@ -293,9 +297,9 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             guard = f"if ({' && '.join(conds)}) " if conds else ""
             bias = f" + {_dtype_io.load(bias_dtype, 'bias', f'(gc + {j}) * {bias_strides[0]}L')}" if has_bias else ""
             base = f"off_d + (gc + {j}) * {ds[1]}L" + (f" + {rr * ds[-2]}L" if rr else "")
-            plain = " ".join(_dtype_io.store(dst_dtype, "d", f"{t * ds[-1]}L", f"v.s{t:x}") for t in range(tw))
+            plain = " ".join(quant.store(dst_dtype, "d", f"{t * ds[-1]}L", f"v.s{t:x}") for t in range(tw))
             part = " ".join(
-                f"if (ow0 + {t}L >= ws0) {_dtype_io.store(dst_dtype, 'd', f'{t * ds[-1]}L', f'v.s{t:x}')}" for t in range(tw)
+                f"if (ow0 + {t}L >= ws0) {quant.store(dst_dtype, 'd', f'{t * ds[-1]}L', f'v.s{t:x}')}" for t in range(tw)
             )
             operands = "".join(
                 f" __global const float* q_{name} = {name} + off_{name} + (gc + {j}) * {s[1]}L"
@@ -309,7 +313,7 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
             chain = f"\n            {operands.strip()} {chain}" if post_ops else ""
             stores.append(
                 f"        {guard}{{ __global {_dtype_io.STORAGE[dst_dtype]}* d = dst + {base}; "
-                f"float16 v = acc{j}_{rr}{bias};{chain}\n"
+                f"float16 v = acc{j}_{rr}{quant.scaled('float16')}{bias};{chain}\n"
                 f"            if (ow0 == ws0) {{ {plain} }}\n"
                 f"            else {{ {part} }} }}"
             )
@@ -354,6 +358,30 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     )
 
 
+class _Quant:
+    """The int8 convolution's pieces of source (``ConvolutionDesc``'s ``*_quant``; nothing for a
+    float convolution): loads less their zero points, the sum times the two scales, a quantized
+    store."""
+
+    def __init__(self, desc: ConvolutionDesc) -> None:
+        self.desc = desc
+
+    def src(self, expr: str) -> str:
+        return centered(self.desc.src_quant, expr)
+
+    def weights(self, expr: str) -> str:
+        return centered(self.desc.weights_quant, expr)
+
+    def scaled(self, vector_type: str = "float") -> str:
+        if self.desc.src_quant is None and self.desc.weights_quant is None:
+            return ""
+        return f" * ({vector_type})({c_float(self.desc.quant_scale)})"
+
+    def store(self, dtype: str, pointer: str, offset: str, value: str) -> str:
+        quant = self.desc.dst_quant
+        return _dtype_io.store(dtype, pointer, offset, value if quant is None else quantized_value(quant, value))
+
+
 def reference(
     src: np.ndarray,
     weights: np.ndarray,
@@ -369,6 +397,7 @@ def reference(
     old_dst: np.ndarray | None = None,
     operands=None,
     dst_dtype: str = "f32",
+    sum_scale: float | None = None,
 ) -> np.ndarray:
     """The convolution in float64 (returned as float32): one einsum per kernel offset.
 
@@ -400,6 +429,8 @@ def reference(
         )
         y += np.einsum("ngc...,goc->ngo...", xp[window], wg[(Ellipsis,) + koff])
     y = y.reshape((n, oc) + osp)
+    if sum_scale is not None:  # an int8 convolution: the exact sum of integers times the scales, in f32
+        y = (y.astype(np.float32) * np.float32(sum_scale)).astype(np.float64)
     if bias is not None:
         y = y + _dtype_io.widen(bias).reshape((1, oc) + (1,) * nsp)
     y = _post_ops.scaled_reference(post_ops, y.astype(np.float32), old_dst, operands, output_scale=output_scale)
@@ -410,11 +441,23 @@ def desc_reference(desc: ConvolutionDesc, inputs: dict[str, np.ndarray]) -> np.n
     """dst of ``desc`` from ``{argument name: array}`` (``inputs["dst"]``, dst's old value, for a
     sum post-op; the binary operands by argument name): ``reference`` with the descriptor's
     geometry, output scale, post-ops and dst data type."""
-    return reference(
-        inputs["src"], inputs["weights"], inputs.get("bias"), strides=desc.strides, padding_l=desc.padding_l,
+    def centered_values(x, quant):
+        return x if quant is None else np.asarray(x, np.float64) - quant.zp
+
+    quantized = desc.src_quant is not None or desc.weights_quant is not None
+    y = reference(
+        centered_values(inputs["src"], desc.src_quant), centered_values(inputs["weights"], desc.weights_quant),
+        inputs.get("bias"), strides=desc.strides, padding_l=desc.padding_l,
         padding_r=desc.padding_r, dilation=desc.dilation, groups=desc.groups, output_scale=desc.output_scale,
-        post_ops=desc.post_ops, old_dst=inputs.get("dst"), operands=inputs, dst_dtype=desc.dst.dtype,
+        post_ops=desc.post_ops, old_dst=inputs.get("dst"), operands=inputs,
+        dst_dtype="f32" if desc.dst_quant is not None else desc.dst.dtype,
+        sum_scale=desc.quant_scale if quantized else None,
     )
+    if desc.dst_quant is None:
+        return y
+    q = desc.dst_quant
+    stored = _dtype_io.store_reference(y, q.round_in).astype(np.float32) / np.float32(q.static_scale) + np.float32(q.zp)
+    return _dtype_io.store_reference(stored, desc.dst.dtype)
 
 
 register(

@@ -21,6 +21,7 @@ from ._errors import CacheBlobError
 from ._kernel_spec import KernelConfig, KernelSpec
 from ._keys import PrimitiveImpl, PrimitiveKey
 from ._memory_desc import MemoryDesc
+from ._quantization import Quantization
 from ._op_desc import OP_KINDS
 
 MAGIC = b"TRIODNN-PRIMITIVE-CACHE-BLOB\n"
@@ -32,6 +33,8 @@ def _value_to_json(value):
         return {"memory_desc": {"dims": value.dims, "dtype": value.dtype, "strides": value.strides}}
     if isinstance(value, tuple):
         return {"tuple": [_value_to_json(v) for v in value]}
+    if isinstance(value, Quantization):  # quantized attention and convolution operands
+        return {"quantization": attrs.asdict(value)}
     return value
 
 
@@ -41,6 +44,8 @@ def _value_from_json(value):
         return MemoryDesc(tuple(md["dims"]), md["dtype"], tuple(md["strides"]))
     if isinstance(value, dict) and "tuple" in value:
         return tuple(_value_from_json(v) for v in value["tuple"])
+    if isinstance(value, dict) and "quantization" in value:
+        return Quantization(**value["quantization"])
     return value
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import operator
 
 import attrs
+import numpy as np
 
 from . import _post_ops
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
+from ._quantization import Quantization
 
 
 def out_size(in_size: int, kernel: int, stride: int, pad_l: int, pad_r: int, dilation: int) -> int:
@@ -123,6 +125,12 @@ class ConvolutionDesc(OpDesc):
     * Data types: ``src``, ``weights``, ``bias`` and ``dst`` may each have any data type (f32
       math, any storage, e.g. bf16 src and weights with an f32 or bf16 dst); the default dst
       takes src's. Binary post-op operands are f32.
+    * ``src_quant``, ``weights_quant``, ``dst_quant`` (keyword, ``Quantization``, static per
+      tensor; oneDNN Graph's fused int8 convolution): src and weights are their stored values
+      (s8/u8/f8) less their zero points, their products summed exactly in f32 (below 2^24) and
+      the sum multiplied once by the two scales before bias, output scale and post-ops; dst is
+      stored quantized (``round(y / scale + zp)``, saturated). A sum post-op cannot read a
+      quantized dst.
 
     The resolved per-axis tuples are stored, so an int and its spelled-out tuple make one
     descriptor (and one cache entry).
@@ -139,6 +147,9 @@ class ConvolutionDesc(OpDesc):
     groups: int = 1
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
     output_scale: float = _post_ops.output_scale_field()
+    src_quant: Quantization | None = attrs.field(default=None, kw_only=True)
+    weights_quant: Quantization | None = attrs.field(default=None, kw_only=True)
+    dst_quant: Quantization | None = attrs.field(default=None, kw_only=True)
 
     kind = "convolution"
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
@@ -183,6 +194,31 @@ class ConvolutionDesc(OpDesc):
             if self.bias.dims != (oc,):
                 raise ArgumentMismatchError(f"bias dims {self.bias.dims} must be ({oc},), one per output channel")
         self._set("post_ops", _post_ops.check(self.post_ops, dims))
+        self._check_quantization()
+
+    def _check_quantization(self) -> None:
+        for name in ("src", "weights", "dst"):
+            quant = getattr(self, f"{name}_quant")
+            if quant is None:
+                continue
+            if not isinstance(quant, Quantization):
+                raise InvalidArgumentError(f"{name}_quant must be a Quantization or None, not {type(quant).__name__}")
+            md = getattr(self, name)
+            if quant.dtype != md.dtype:
+                raise ArgumentMismatchError(f"{name} has dtype {md.dtype!r} but {name}_quant is for {quant.dtype!r}")
+            if quant.grouped:
+                raise InvalidArgumentError(f"{name}_quant must be static (per tensor); it has a group {quant.group}")
+        if self.dst_quant is not None and any(entry[0] == "sum" for entry in self.post_ops):
+            raise InvalidArgumentError("a sum post-op cannot read a quantized dst (dst_quant)")
+
+    @property
+    def quant_scale(self) -> float:
+        """The f32 product of the src and weights scales the kernel multiplies the sum by."""
+        scale = np.float32(1.0)
+        for quant in (self.src_quant, self.weights_quant):
+            if quant is not None:
+                scale = np.float32(scale * np.float32(quant.static_scale))
+        return float(scale)
 
     @property
     def label(self) -> str:

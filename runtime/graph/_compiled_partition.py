@@ -25,6 +25,7 @@ from ..kernels import sdpa as sdpa_kernel
 from ..kernels import sdpa_backward as sdpa_backward_kernel  # SDPA backward (issue 21)
 from ._fusion import find_chains
 from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion (issue 22)
+from ._int8_convolution import find_int8_convolutions, lower_int8_convolution  # int8 convolution (issue 22)
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
@@ -520,6 +521,8 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     # Int8 matmul fusion (issue 22): Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
     int8 = find_int8_matmuls(rest, output_ids, chains, engine._config) if fuse else {}
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
+    int8_conv = find_int8_convolutions(rest, output_ids, chains) if fuse else {}
+    absorbed |= {op_id for match in int8_conv.values() for op_id in match.absorbed}
     for op in shaped_ops:
         if op.id in backward:
             lower_sdpa_backward(builder, op, backward[op.id])
@@ -529,6 +532,8 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
             builder.lower_sdpa(op, attention[op.id])
         elif op.id in int8:
             lower_int8_matmul(builder, op, int8[op.id], chains.get(op.id))
+        elif op.id in int8_conv:
+            lower_int8_convolution(builder, op, int8_conv[op.id], chains.get(op.id))
         elif op.id not in absorbed:
             builder.lower(op, chains.get(op.id))
     plan = builder.plan

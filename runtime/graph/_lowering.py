@@ -509,7 +509,8 @@ def _pads(attrs_: dict, in_sizes, kernel, strides, dilations, out_sizes):
     return tuple(begin), tuple(end)
 
 
-def _lower_convolution(b: Builder, op: Op) -> None:
+def _lower_convolution(b: Builder, op: Op, **quantization) -> None:
+    """``quantization``: ConvolutionDesc's src_quant/weights_quant/dst_quant (the int8 fusion)."""
     a = op.attrs
     src, wei = b.view(op.inputs[0]), b.view(op.inputs[1])
     dst = b.output(op.outputs[0])
@@ -528,7 +529,7 @@ def _lower_convolution(b: Builder, op: Op) -> None:
 
     def make(src, weights, dst, bias=None):
         return ConvolutionDesc(src, weights, dst, bias, strides=strides, padding_l=begin,
-                               padding_r=end, dilation=dilations, groups=groups)
+                               padding_r=end, dilation=dilations, groups=groups, **quantization)
 
     b.run(op, make, inputs, {"dst": dst})
 

@@ -19,6 +19,7 @@ import pytest
 import triodnn
 from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, Quantization, UnsupportedError
 from triodnn._values._dtypes import from_storage, to_storage
+from triodnn._values._convolution_desc import ConvolutionDesc
 from triodnn._values._sdpa_desc import SdpaDesc
 from triodnn.kernels import _dtype_io, sdpa, select_config
 from triodnn.kernels._spec import dense_strides
@@ -200,3 +201,15 @@ async def test_scores_recomputed_where_they_do_not_fit(configured, rng, monkeypa
               for name, md in desc.arg_descs.items() if name != "dst"}
     got = await run(configured, desc, arrays)
     assert np.abs(got - reference(desc, arrays)).max() <= 1e-4
+
+
+async def test_quantized_primitives_travel_in_cache_blobs(rt):
+    """A Quantization inside a descriptor survives the blob's JSON (attention and convolution)."""
+    first, second = await rt.engine(), await rt.engine()
+    for desc in (mha_int8(dims=(1, 1, 8, 16), skv=8),
+                 ConvolutionDesc(MemoryDesc((1, 4, 6, 6), "u8"), MemoryDesc((4, 4, 1, 1), "s8"),
+                                 MemoryDesc((1, 4, 6, 6), "s8"), src_quant=Quantization("u8", 0.5, 2),
+                                 weights_quant=Quantization("s8", 0.25), dst_quant=Quantization("s8", 2.0, -1))):
+        primitive = await first.create_primitive(desc)
+        loaded = await second.create_primitive_from_cache_blob(primitive.cache_blob())
+        assert loaded.desc == desc and loaded.impl == primitive.impl
