@@ -152,7 +152,8 @@ def _store_function(dtype: str) -> str:
     return f"static inline void store_{dtype}(__global {t}* p, const ulong off, const float x) {{ {body} }}\n"
 
 
-def _f8_load_function(dtype: str) -> str:
+def _f8_decode(dtype: str, code: str) -> str:
+    """Statements declaring float ``v``, the value of f8 code ``code`` (a uint expression)."""
     fmt = _F8[dtype]
     m, bias = fmt.mantissa_bits, fmt.bias
     # Bit patterns, not NAN/INFINITY: no fast-math build option can fold them away.
@@ -160,16 +161,16 @@ def _f8_load_function(dtype: str) -> str:
     special = f"(c & 0x7fu) == 0x7fu ? {nan}" if dtype == "f8_e4m3" else f"e == 0x1fu ? (f ? {nan} : {inf})"
     # Normal codes rebias into f32 bits; subnormals are f * 2**(1 - bias - m), exact in float.
     return (
-        f"static inline float load_{dtype}(__global const uchar* p, const ulong off) {{"
-        f" const uint c = p[off]; const uint e = (c >> {m}) & {(1 << fmt.exponent_bits) - 1}u;"
+        f" const uint c = {code}; const uint e = (c >> {m}) & {(1 << fmt.exponent_bits) - 1}u;"
         f" const uint f = c & {(1 << m) - 1}u;"
-        f" const float v = {special}"
+        f" const float a = {special}"
         f" : (e ? as_float(((e + {127 - bias}u) << 23) | (f << {23 - m})) : (float)f * {c_float(2.0 ** (1 - bias - m))});"
-        f" return (c & 0x80u) ? -v : v; }}\n"
+        " const float v = (c & 0x80u) ? -a : a;"
     )
 
 
-def _f8_store_function(dtype: str) -> str:
+def _f8_encode(dtype: str) -> str:
+    """Statements declaring uint ``code``, the f8 code of float ``x``."""
     fmt = _F8[dtype]
     m, bias = fmt.mantissa_bits, fmt.bias
     shift, rebias = 23 - m, 127 - bias
@@ -177,15 +178,31 @@ def _f8_store_function(dtype: str) -> str:
     # The same steps as ``_float8.encode``: NaN, f32 subnormal (DAZ), f8 subnormal (scaled into
     # [0, 2**m] exactly, rint rounds half to even), normal (round the bits to nearest even).
     return (
-        f"static inline void store_{dtype}(__global uchar* p, const ulong off, const float x) {{"
-        f" const uint b = as_uint(x); const uint a = b & 0x7fffffffu; const uint e = a >> 23; uint c;"
+        " const uint b = as_uint(x); const uint a = b & 0x7fffffffu; const uint e = a >> 23; uint c;"
         f" if (a > 0x7f800000u) c = {nan};"
-        f" else if (e == 0u) c = 0u;"
+        " else if (e == 0u) c = 0u;"
         f" else if (e <= {rebias}u) c = (uint)rint(as_float(a) * {c_float(2.0 ** (bias + m - 1))});"
         f" else {{ const uint r = (a + {(1 << (shift - 1)) - 1}u + ((a >> {shift}) & 1u)) >> {shift};"
         f" c = r > {(rebias << m) + fmt.max_code}u ? {fmt.overflow_code}u : r - {rebias << m}u; }}"
-        f" p[off] = (uchar)(c | ((b >> 24) & 0x80u)); }}\n"
+        " const uint code = c | ((b >> 24) & 0x80u);"
     )
+
+
+def _f8_load_function(dtype: str) -> str:
+    return (f"static inline float load_{dtype}(__global const uchar* p, const ulong off) {{"
+            f"{_f8_decode(dtype, 'p[off]')} return v; }}\n")
+
+
+def _f8_store_function(dtype: str) -> str:
+    return (f"static inline void store_{dtype}(__global uchar* p, const ulong off, const float x) {{"
+            f"{_f8_encode(dtype)} p[off] = (uchar)code; }}\n")
+
+
+def f8_round_function(dtype: str) -> str:
+    """``static float round_{dtype}(float x)``: x through an f8 store and load (the value a
+    Quantize -> Dequantize round trip of that type keeps), for fused kernels that never store it."""
+    return (f"static inline float round_{dtype}(const float x) {{ uint stored; {{{_f8_encode(dtype)} stored = code; }}"
+            f"{_f8_decode(dtype, 'stored')} return v; }}\n")
 
 
 def functions(loads: Iterable[str] = (), stores: Iterable[str] = ()) -> str:

@@ -10,6 +10,8 @@ that dequantize as they load and quantize as they store (fused attention, convol
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._values._float8 import decode as decode_float8
@@ -59,8 +61,18 @@ def table(name: str, quant: Quantization) -> str:
         stored = codes.view(np.int8 if quant.dtype == "s8" else np.uint8).astype(np.float64)
     values = ((stored - quant.zp) * np.float64(np.float32(quant.static_scale))).astype(np.float32)
     values = _dtype_io.store_reference(values, quant.round_out).astype(np.float32)
-    entries = ", ".join(c_float(float(v)) for v in values)
+    entries = ", ".join(_constant(float(v)) for v in values)
     return f"__constant float sd_table_{name}[256] = {{{entries}}};\n"
+
+
+def _constant(value: float) -> str:
+    """A float literal a program-scope initializer takes: PoCL's NAN and INFINITY are not
+    compile-time constants there, divisions by zero are."""
+    if math.isnan(value):
+        return "(0.0f / 0.0f)"
+    if math.isinf(value):
+        return "(1.0f / 0.0f)" if value > 0 else "(-1.0f / 0.0f)"
+    return c_float(value)
 
 
 def table_load(name: str, index: str) -> str:

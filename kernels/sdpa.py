@@ -211,6 +211,10 @@ class _Operands:
         if quant is None:
             return expr
         t = "float16" if vector else "float"
+        if quant.dtype not in _QRANGE:  # f8: through the type's store and load, lane by lane
+            scale = f"({t})({c_float(quant.static_scale)})"
+            through = f"sd_f8{'_v' if vector else ''}({rounded(quant.round_in, expr, vector)} / {scale})"
+            return rounded(quant.round_out, f"{through} * {scale}", vector)
         zp = c_float(quant.zp)
         # Quantize divides by the scale, as oneDNN's src / scale (a product by the rounded
         # reciprocal would land on the other integer at some ties).
@@ -227,6 +231,11 @@ class _Operands:
         quant = self.desc.probs_quant
         if quant is None:
             return ""
+        if quant.dtype not in _QRANGE:
+            lanes = ", ".join(f"round_{quant.dtype}(x.s{k:x})" for k in range(16))
+            return (_dtype_io.f8_round_function(quant.dtype)
+                    + f"static inline float sd_f8(const float x) {{ return round_{quant.dtype}(x); }}\n"
+                    + f"static inline float16 sd_f8_v(const float16 x) {{ return (float16)({lanes}); }}\n")
         low, high = _QRANGE[quant.dtype]
         return "".join(
             f"static inline {t} sd_clampq{sfx}(const {t} x) {{ return x < ({t})({c_float(low)}) ? ({t})({c_float(low)})"
@@ -319,8 +328,6 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     args = tuple(desc.arg_descs)  # inputs in SdpaDesc.ARGS order, then dst, [stats]
     params = [_dtype_io.param(dtypes[name], name, const=name not in ("dst", "stats")) for name in args]
     loads = [dtypes[n] for n in args if n not in ("dst", "stats")]
-    if desc.probs_quant is not None and desc.probs_quant.dtype not in _QRANGE:
-        raise UnsupportedError(f"sdpa: probabilities quantized to {desc.probs_quant.dtype} (integer types only)")
     operands = _Operands(desc, dtypes, sa)
     functions = _dtype_io.functions(loads=loads, stores=(dtypes["dst"],)) + operands.functions() \
         + operands.probability_functions()
@@ -1252,9 +1259,12 @@ def _dequantized(x, quant, scales, zps) -> np.ndarray:
 
 def _through(p: np.ndarray, quant) -> np.ndarray:
     """Probabilities through the graph's Quantize -> Dequantize (rounded on the way in and out)."""
-    low, high = _QRANGE[quant.dtype]
     p32 = _dtype_io.store_reference(p.astype(np.float32), quant.round_in).astype(np.float32)
     scale = np.float32(quant.static_scale)
+    if quant.dtype not in _QRANGE:  # f8: zero point 0, the type's own rounding and saturation
+        back = (_dtype_io.store_reference(p32 / scale, quant.dtype).astype(np.float32) * scale).astype(np.float32)
+        return _dtype_io.store_reference(back, quant.round_out).astype(np.float64)
+    low, high = _QRANGE[quant.dtype]
     stored = np.clip(np.rint(p32 / scale + np.float32(quant.zp)), low, high)
     back = ((stored - quant.zp) * scale).astype(np.float32)
     return _dtype_io.store_reference(back, quant.round_out).astype(np.float64)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import attrs
 
 from ._algorithms import broadcast_dims
-from ._errors import ArgumentMismatchError, InvalidArgumentError, UnsupportedError
+from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
-from ._quantization import INTEGER_TYPES, QUANTIZED_TYPES, ROUNDINGS, Quantization
+from ._quantization import QUANTIZED_TYPES, ROUNDINGS, Quantization
 
 CAUSAL: tuple[str, ...] = ("top_left", "bottom_right")
 SCALE_MODES: tuple[str, ...] = ("multiply", "divide")
@@ -270,13 +270,6 @@ class SdpaDesc(OpDesc):
             raise InvalidArgumentError("probs_quant must be static (per tensor)")
         if self.dst_quant is not None and self.dst_quant.grouped:
             raise InvalidArgumentError("dst_quant must be static (per tensor)")
-
-    def check_supported(self) -> None:
-        """Before the cache, as for every kind: also the probabilities' quantization, which the
-        kernels apply to integer types only."""
-        super().check_supported()
-        if self.probs_quant is not None and self.probs_quant.dtype not in INTEGER_TYPES:
-            raise UnsupportedError(f"sdpa: probabilities quantized to {self.probs_quant.dtype} (integer types only)")
 
     @property
     def label(self) -> str:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._values._quantization import INTEGER_TYPES, QUANTIZED_TYPES, Quantization
+from .._values._quantization import QUANTIZED_TYPES, Quantization
 from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op
 
@@ -462,7 +462,7 @@ def _probability_round_trip(probs: LogicalTensor, only_reader):
     scales = list(q_attrs.get("scales", ()))
     zps = list(q_attrs.get("zps", ()) or [0])
     if any(a.get("qtype", "per_tensor") != "per_tensor" for a in (q_attrs, d_attrs)) or \
-            stored.dtype not in INTEGER_TYPES or len(scales) != 1 or len(zps) != 1 or \
+            stored.dtype not in QUANTIZED_TYPES or len(scales) != 1 or len(zps) != 1 or \
             list(d_attrs.get("scales", ())) != scales or list(d_attrs.get("zps", ()) or [0]) != zps:
         return False
     try:

@@ -20,6 +20,7 @@ GRAPHS = {
     "MHA-distill_bert-inf-int8-bs1.json": (128, 128, 64, 64),  # u8 Q/K/V, bf16 scores, u8 probabilities and dst
     "sdpa-compressed-kv-int4-gs32.json": (32, 32, 128, 128),  # s4 K^T and V, grouped f16 scales, s4 zero points
     "sdpa-compressed-kv-implicit-causal-mask-int8-gs128.json": (32, 32, 128, 128),  # s8 groups of 128, causal
+    "sdpa-fp8-f32.json": (128, 128, 64, 64),  # f8_e4m3 Q, K, V, probabilities and dst
 }
 
 
@@ -33,7 +34,7 @@ async def test_quantized_attention_is_one_fused_primitive_and_passes(engine, nam
     compiled = await compile_partition(partition, engine, ins, outs, partition._infer(ins, outs, declared=True))
     kinds = [prim.desc.kind for prim in compiled.primitives]
     # On a GPU only the split kernel pays (D + Dv <= 192); elsewhere the ops run one by one.
-    if sdpa.fusion_pays(*GRAPHS[name], engine._config, probs_quantized=name.startswith("MHA")):
+    if sdpa.fusion_pays(*GRAPHS[name], engine._config, probs_quantized=name.startswith(("MHA", "sdpa-fp8"))):
         assert kinds == ["sdpa"]
     else:
         assert "sdpa" not in kinds and len(kinds) > 1

@@ -178,14 +178,23 @@ def test_bad_quantized_descriptors(make, error, match):
         make()
 
 
-async def test_fp8_probabilities_are_refused_and_cache_nothing(engine):
-    desc = SdpaDesc(MemoryDesc((1, 4, 8)), MemoryDesc((1, 4, 8)), MemoryDesc((1, 4, 8)),
-                    probs_quant=Quantization("f8_e4m3", 0.25))
-    before = triodnn.primitive_cache_statistics()
-    with pytest.raises(UnsupportedError, match="probabilities quantized to f8_e4m3"):
-        await engine.create_primitive(desc)
-    after = triodnn.primitive_cache_statistics()
-    assert (after.size, after.misses, after.in_flight_builds) == (before.size, before.misses, 0)
+async def test_fp8_probabilities(configured, rng):
+    """sdpa-fp8's computation: f8_e4m3 Q, K, V (static scale), probabilities through f8_e4m3, an
+    f8_e4m3 dst: the f8 round trip is the type's own rounding, lane by lane."""
+    b, h, sq, skv, d = 2, 2, 24, 40, 16
+    f8 = MemoryDesc((b, h, sq, d), "f8_e4m3")
+    desc = SdpaDesc(f8, MemoryDesc((b, h, skv, d), "f8_e4m3"), MemoryDesc((b, h, skv, d), "f8_e4m3"),
+                    MemoryDesc((b, h, sq, d), "f8_e4m3"), mask=MemoryDesc((b, 1, 1, skv)),
+                    query_quant=Quantization("f8_e4m3", 0.25), key_quant=Quantization("f8_e4m3", 0.25),
+                    value_quant=Quantization("f8_e4m3", 0.25), probs_quant=Quantization("f8_e4m3", 0.25),
+                    dst_quant=Quantization("f8_e4m3", 0.25))
+    arrays = {name: _dtype_io.store_reference(rng.uniform(-6, 6, md.dims).astype(np.float32), "f8_e4m3")
+              for name, md in desc.arg_descs.items() if name in ("query", "key", "value")}
+    arrays["mask"] = rng.uniform(-1, 0, (b, 1, 1, skv)).astype(np.float32)
+    got = await run(configured, desc, arrays)
+    want = reference(desc, arrays)
+    worst, count = off_by(got, want)
+    assert count <= got.size // 100 and worst <= 2.0 ** -3 * np.abs(want).max(), (worst, count)
 
 
 async def test_scores_recomputed_where_they_do_not_fit(configured, rng, monkeypatch):
