@@ -20,6 +20,13 @@ binary's max/min), where numpy would propagate them.
 ``src`` and ``dst`` each have any storage type of ``_dtype_io.DTYPES``: elements convert to float as
 they are loaded (the accumulation stays f32) and the result converts to dst's type as it is
 stored. The all-f32 kernel is the plain one.
+
+GPU configuration (``vector_width == 1``), few outputs over long reductions
+(``_wg_reduce.use_work_group``): one work-group per output (``ocl:wg_output``), work-item ``lid``
+taking reduced elements ``lid``, ``lid + L``, ... in linear order, the smallest stride fastest, so
+neighbouring work-items read neighbouring elements; each keeps a compensated partial sum (TwoSum)
+or fold, and a tree in ``__local`` memory combines them. The per-output kernel ran a 256 x 4096
+row sum on an H100 at 0.05x the copy bandwidth (256 work-items walking 4096 elements each).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 
 from .._values._reduction_desc import REDUCTION_ALGORITHMS, ReductionDesc
 from .._values._reduction_desc import reduced_axes as reduced_axes
-from . import _dtype_io
+from . import _dtype_io, _wg_reduce
 from . import tolerance as thresholds
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
@@ -99,6 +106,11 @@ def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
     helpers = _dtype_io.functions(loads=(src_dtype,), stores=(dst_dtype,))
     src_param = _dtype_io.param(src_dtype, "src", const=True)
     dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
+    kept = [a for a in range(len(src_dims)) if a not in axes]
+    if axes and _wg_reduce.use_work_group(config, count, outputs, src_strides[order[-1]],
+                                          tuple(src_dims[a] for a in kept), tuple(src_strides[a] for a in kept)):
+        return _work_group_per_output(desc, config, order, count, outputs, offsets, term, result, helpers,
+                                      src_param, dst_param)
     source = helpers + f"""__kernel void reduction_fwd({src_param}, {dst_param}) {{
     const ulong i = get_global_id(0);
     if (i >= {outputs}UL) return;
@@ -117,6 +129,64 @@ def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
         local_size=(local,),
         impl=f"ocl:per_output:l{local}",
     )
+
+
+def _work_group_per_output(desc: ReductionDesc, config: KernelConfig, order: list[int], count: int, outputs: int,
+                           offsets: str, term: str, result: str, helpers: str, src_param: str,
+                           dst_param: str) -> KernelSpec:
+    """One work-group per dst element (see the module docstring)."""
+    alg, src_dims, src_strides = desc.alg, desc.src.dims, desc.src.strides
+    local = _wg_reduce.local_size(count, config)
+    # The element's offset from its linear index r over the reduced axes, innermost (smallest
+    # stride) fastest: divisions by constants.
+    peel = ["ulong q = r; ulong o = off_src;"]
+    for a in reversed(order):
+        peel.append(f"o += (q % {src_dims[a]}UL) * {src_strides[a]}UL; q /= {src_dims[a]}UL;")
+    load = _dtype_io.load(desc.src.dtype, "src", "o")
+    if alg in _SUMMED:
+        init = "float acc = 0.0f, comp = 0.0f;"
+        step = _wg_reduce.two_sum_step("acc", "comp", term)
+        combine = _wg_reduce.sum_code("acc", "comp", "total", local) + " acc = total;"
+    else:
+        init = f"float acc = {_INIT[alg]};"
+        step = f"{{ const float t = {term}; acc = {_FOLD[alg]}; }}"
+        combine = _fold_tree(local, _FOLD[alg])
+    source = helpers + _wg_reduce.attribute(local) + f"""__kernel void reduction_fwd({src_param}, {dst_param}) {{
+    {_wg_reduce.declarations(local)}
+    const ulong i = get_group_id(0);
+    {offsets}
+    {init}
+    for (ulong r = lid; r < {count}UL; r += {local}UL) {{
+        {" ".join(peel)}
+        const float x = {load};
+        {step}
+    }}
+    {combine}
+    if (lid == 0u) {{ {_dtype_io.store(desc.dst.dtype, "dst", "off_dst", result)} }}
+}}
+"""
+    return KernelSpec(
+        source=source,
+        name="reduction_fwd",
+        arg_names=("src", "dst"),
+        global_size=(outputs * local,),
+        local_size=(local,),
+        impl=f"ocl:wg_output:l{local}",
+    )
+
+
+def _fold_tree(local: int, fold: str) -> str:
+    """Statements leaving every work-item's ``acc`` folded over the work-group with ``fold`` (an
+    expression of ``acc`` and ``t``), through ``red_a``."""
+    lines = ["red_a[lid] = acc;", "barrier(CLK_LOCAL_MEM_FENCE);"]
+    step = local // 2
+    while step >= 1:
+        lines.append(f"if (lid < {step}u) {{ const float acc = red_a[lid]; const float t = red_a[lid + {step}u];"
+                     f" red_a[lid] = {fold}; }}")
+        lines.append("barrier(CLK_LOCAL_MEM_FENCE);")
+        step //= 2
+    lines.append("acc = red_a[0];")
+    return "\n    ".join(lines)
 
 
 def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...], *, dst_dtype: str = "f32") -> np.ndarray:

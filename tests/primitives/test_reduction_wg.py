@@ -1,0 +1,43 @@
+"""The GPU configuration's work-group-per-output reduction (``ocl:wg_output``): few outputs over
+long reductions, every algorithm, against the float64 reference; checked on PoCL with the GPU
+configuration forced on the engine (the configuration is part of the primitive key)."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+from triodnn import MemoryDesc
+from triodnn._values._reduction_desc import ReductionDesc
+from triodnn.kernels import reduction, select_config, tolerance
+
+GPU = select_config("gpu", 256, 48 * 1024)
+# (src dims, dst dims, src layout): a contiguous last axis; two reduced axes, the innermost
+# strided (the channels of NHWC kept); a bf16 source.
+CASES = {
+    "rows": ((6, 1000), (6, 1)),
+    "two_axes_nhwc": ((3, 5, 7, 40), (1, 5, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("alg", reduction.ALGORITHMS)
+async def test_work_group_per_output(engine, rng, alg):
+    engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
+    stream = await engine.stream()
+    for name, (src_dims, dst_dims) in CASES.items():
+        layout = "acdb" if name.endswith("nhwc") else None
+        src_md = MemoryDesc(src_dims, "f32", layout)
+        desc = ReductionDesc(alg, src_md, MemoryDesc(dst_dims))
+        primitive = await engine.create_primitive(desc)
+        assert primitive.impl.startswith("ocl:wg_output"), (name, primitive.impl)
+        if alg == "mul":
+            x = (np.where(rng.random(src_dims) < 0.5, -1.0, 1.0) * rng.uniform(0.995, 1.005, src_dims)).astype(np.float32)
+        else:
+            x = rng.uniform(-5.0, 5.0, src_dims).astype(np.float32)
+        src = await engine.from_numpy(x, src_md)
+        dst = await engine.from_numpy(np.full(dst_dims, np.nan, np.float32), desc.dst)
+        await stream.execute(primitive, {"src": src, "dst": dst})
+        got = await dst.to_numpy()
+        want = reduction.reference(alg, x, dst_dims)
+        tolerance.check(got, want, reduction.desc_tolerance(desc))
