@@ -21,8 +21,8 @@ from ._errors import CacheBlobError
 from ._kernel_spec import KernelConfig, KernelSpec
 from ._keys import PrimitiveImpl, PrimitiveKey
 from ._memory_desc import MemoryDesc
-from ._quantization import Quantization
 from ._op_desc import OP_KINDS
+from ._quantization import Quantization
 
 MAGIC = b"TRIODNN-PRIMITIVE-CACHE-BLOB\n"
 FORMAT_VERSION = 1

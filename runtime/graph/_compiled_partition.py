@@ -24,8 +24,8 @@ from .._values._memory_desc import MemoryDesc
 from ..kernels import sdpa as sdpa_kernel
 from ..kernels import sdpa_backward as sdpa_backward_kernel  # SDPA backward (issue 21)
 from ._fusion import find_chains
-from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion (issue 22)
 from ._int8_convolution import find_int8_convolutions, lower_int8_convolution  # int8 convolution (issue 22)
+from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion (issue 22)
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory

@@ -25,7 +25,7 @@ def deq(op_id, src, dst, shape, dtype, scales, zps, axis=None):
 
 def conv_graph(*, quantize=True, per_channel=False, nxc=False):
     """u8 src (zero point 3), s8 weights, a bias, ReLU, Quantize to s8: oneDNN's int8 conv pattern."""
-    n, c, hw, oc = 2, 8, 18, 16
+    n, c, hw, oc = 2, 8, 18, 4  # few output channels: small unrolled kernels, quick cold builds
     src_shape = (n, hw, hw, c) if nxc else (n, c, hw, hw)
     dst_shape = (n, hw, hw, oc) if nxc else (n, oc, hw, hw)
     wscales = [0.01 * (i + 1) for i in range(oc)] if per_channel else [0.02]
@@ -59,7 +59,7 @@ async def kinds_of(engine, graph):
     return [prim.desc.kind for prim in compiled.primitives]
 
 
-@pytest.mark.parametrize("options", [{}, {"nxc": True}, {"quantize": False}], ids=["ncx_s8", "nxc_s8", "f32_dst"])
+@pytest.mark.parametrize("options", [{}, {"nxc": True, "quantize": False}], ids=["ncx_s8", "nxc_f32_dst"])
 async def test_fuses_to_one_convolution_and_matches_the_reference(engine, rng, options):
     graph = conv_graph(**options)
     assert await kinds_of(engine, graph) == ["convolution"]

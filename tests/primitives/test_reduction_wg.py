@@ -21,11 +21,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("alg", reduction.ALGORITHMS)
-async def test_work_group_per_output(engine, rng, alg):
+# Every algorithm once, the two shapes in turn (a cold PoCL cache builds each program in seconds).
+PAIRS = [(alg, list(CASES)[i % 2]) for i, alg in enumerate(reduction.ALGORITHMS)]
+
+
+@pytest.mark.parametrize("alg, name", PAIRS)
+async def test_work_group_per_output(engine, rng, alg, name):
     engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
     stream = await engine.stream()
-    for name, (src_dims, dst_dims) in CASES.items():
+    for src_dims, dst_dims in [CASES[name]]:
         layout = "acdb" if name.endswith("nhwc") else None
         src_md = MemoryDesc(src_dims, "f32", layout)
         desc = ReductionDesc(alg, src_md, MemoryDesc(dst_dims))
