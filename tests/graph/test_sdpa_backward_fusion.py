@@ -134,10 +134,12 @@ async def check(engine, path: Path, fused: bool, **options) -> None:
         assert len(kinds) == 1 and "sdpa_backward" not in kinds[0] and "matmul" in kinds[0], kinds
 
 
+# The fused backward is off by default (kernels.sdpa_backward.fusion_pays), so the forms are
+# few: bf16 casts stand for f16's (the same TypeCast handling), and the Divide scale rides on
+# the mask-less form.
 FUSED = {
     "f32": lambda: backward(),
     "bf16_casts": lambda: backward("bf16"),
-    "f16_casts": lambda: backward("f16"),
     "divide_no_mask": lambda: backward(scale="Divide", mask=False),
     "no_scale": lambda: backward(scale=None),
 }
@@ -169,7 +171,6 @@ GQA = ("100:1x2x4x32x16+101:1x2x1x32x16+104:1x2x1x32x16+105:1x2x4x32x16+10:1x2x4
 
 
 @pytest.mark.parametrize(("name", "shapes", "fused"), [
-    ("sdpa-plain-training-backward-f32.json", SHAPES, True),
     ("sdpa-plain-training-backward-bf16-f32.json", SHAPES, True),
     # (the dmask graphs stay op by op too: test_ds_read_outside_the_pattern_stays_op_by_op)
     ("gqa-plain-training-backward-f32.json", GQA, False),
