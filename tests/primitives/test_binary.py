@@ -57,6 +57,17 @@ CASES = {
 }
 
 
+def case_algorithms(case: str) -> tuple[str, ...]:
+    """Every algorithm on same_shape, whose flat kernel has each algorithm's vector and scalar (tail)
+    expression; two in turn on each other case, whose indexing the generator writes the same way
+    for every algorithm (a cold PoCL cache builds each program in 0.2-0.8 s). Turn by turn, each
+    algorithm meets the broadcast path's scalar expression too."""
+    if case == "same_shape":
+        return ALGS
+    i = list(CASES).index(case)
+    return tuple(ALGS[(2 * i + k) % len(ALGS)] for k in range(2))
+
+
 @pytest.mark.parametrize("case", list(CASES))
 async def test_all_algorithms(case, engine, build, upload, rng):
     shape0, shape1, strides0, strides1, dst_strides, path = CASES[case]
@@ -64,9 +75,10 @@ async def test_all_algorithms(case, engine, build, upload, rng):
     d0 = MemoryDesc(shape0, "f32", strides0)
     d1 = MemoryDesc(shape1, "f32", strides1)
     dd = MemoryDesc(dims, "f32", dst_strides)
-    prims = await build({alg: BinaryDesc(alg, d0, d1, dd) for alg in ALGS})
+    algs = case_algorithms(case)
+    prims = await build({alg: BinaryDesc(alg, d0, d1, dd) for alg in algs})
     stream = await engine.stream(triodnn.StreamFlags.out_of_order)
-    for alg in ALGS:
+    for alg in algs:
         assert prims[alg].impl.split(":")[1] == path, prims[alg].impl
         a, b = operands(rng, alg, shape0, shape1)
         src0, src1, dst = await upload(a, strides0), await upload(b, strides1), engine.memory(dd)

@@ -32,15 +32,28 @@ def _dst_desc(src_dims, geometry, dst_strides):
     return MemoryDesc(dims, "f32", dst_strides)
 
 
+def alg_cases(alg: str) -> list[str]:
+    """The generator writes an algorithm's accumulation and divisor and a case's window walk
+    independently: every algorithm on the padded, dilated 2d and 3d cases (windows clipped on each
+    side: the taps avg_exclude_padding counts), the other cases shared out in turn, so every case
+    runs once (a cold PoCL cache builds each program in 0.2-0.8 s)."""
+    common = ["2d_dilated_asym", "3d"]
+    others = [name for name in CASES if name not in common]
+    i = pooling.ALGORITHMS.index(alg)
+    return common + [name for k, name in enumerate(others) if k % len(pooling.ALGORITHMS) == i]
+
+
 @pytest.mark.parametrize("alg", pooling.ALGORITHMS)
 async def test_algorithm_on_every_case(alg, engine, build, upload, rng):
     descs = {
         name: PoolingDesc(alg, MemoryDesc(dims, "f32", s), _dst_desc(dims, g, d), **g)
-        for name, (dims, s, d, g) in CASES.items()
+        for name, (dims, s, d, g) in CASES.items() if name in alg_cases(alg)
     }
     prims = await build(descs)
     stream = await engine.stream()
     for name, (dims, _, _, geometry) in CASES.items():
+        if name not in descs:
+            continue
         desc, prim = descs[name], prims[name]
         assert prim.kind == "pooling" and prim.label == f"pooling:{alg}"
         x = rng.uniform(-5.0, 5.0, dims).astype(np.float32)

@@ -1,10 +1,11 @@
 """Fused scaled-dot-product attention (SdpaDesc) against the float64 reference.
 
-Every case runs twice: with the device's own configuration (PoCL: the CPU kernel, query rows as
-vector lanes) and with the GPU configuration forced on the engine (the split kernel: 16
-work-items per query row, K/V tiles in local memory; the one-row-per-work-item kernel for large
-heads and narrow work-groups has its own tests), so the kernels are checked on a CPU-only machine. The
-configuration is part of the primitive cache key, so the two never share an entry.
+Every case runs with the device's own configuration (PoCL: the CPU kernel, query rows as vector
+lanes), and the cases that reach each part of the GPU generator again with the GPU configuration
+forced on the engine (the split kernel: 16 work-items per query row, K/V tiles in local memory; the
+one-row-per-work-item kernel for large heads and narrow work-groups has its own tests), so the
+kernels are checked on a CPU-only machine. The configuration is part of the primitive cache key,
+so the two never share an entry.
 
 Values lie in [-2, 2]; results must match the reference within 1e-5 (relative above 1 in
 magnitude, absolute below: ``tolerance.check``), plus one rounding step of dst's storage type.
@@ -63,14 +64,18 @@ def check(got: np.ndarray, ref: np.ndarray, dst_dtype: str = "f32") -> None:
     tolerance.check(got, ref, THRESHOLD + _dtype_io.EPSILON[dst_dtype])
 
 
-@pytest.fixture(params=["device_config", "forced_gpu_config"])
-async def shaped(request, engine):
+def configure(engine, config: str):
     """(engine, expected impl prefix): the engine's own configuration, or the GPU one forced."""
-    if request.param == "forced_gpu_config":
+    if config == "forced_gpu_config":
         # GPU-shaped, within what the device offers (Oclgrind: the OpenCL minimum, 32 KiB)
         engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
     vectors = engine._config.vector_width >= 16
     return engine, "ocl:sdpa:rowlanes" if vectors else "ocl:sdpa:wg"
+
+
+@pytest.fixture(params=["device_config", "forced_gpu_config"])
+async def shaped(request, engine):
+    return configure(engine, request.param)
 
 
 # name: query, key, value dims, mask dims, (scale, mode), causal, K passed transposed
@@ -103,9 +108,20 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-async def test_matches_reference(shaped, rng, case):
-    engine, impl = shaped
+# The forced GPU configuration on the cases that reach each part of its generator: K/V tiles that
+# fill exactly (plain: also the merge in several column chunks), padded head sizes (odd_sizes), no
+# batch, causal with a mask, rows that see no key, several tiles with an edge (long_causal_transposed:
+# also K transposed, Dv != D, a broadcast mask). Each such build costs 8-16 s of a cold PoCL cache;
+# the other cases differ from these in shapes and strides only, which the device configuration and
+# the shared index code check.
+GPU_CASES = ("plain", "odd_sizes", "no_batch", "causal_with_mask", "causal_bottom_right_short_kv",
+             "long_causal_transposed")
+RUNS = [("device_config", case) for case in CASES] + [("forced_gpu_config", case) for case in GPU_CASES]
+
+
+@pytest.mark.parametrize("config, case", RUNS)
+async def test_matches_reference(engine, rng, config, case):
+    engine, impl = configure(engine, config)
     q_dims, k_dims, v_dims, mask_dims, scale, causal, k_transposed = CASES[case]
     arrays = {"query": values(rng, q_dims), "key": values(rng, k_dims), "value": values(rng, v_dims)}
     kwargs = {"causal": causal}
@@ -172,10 +188,16 @@ DTYPE_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(DTYPE_CASES))
-async def test_storage_dtypes(shaped, rng, case):
+# The GPU kernel reads and writes through the same _dtype_io helpers as the CPU one: f16 in and out,
+# bf16 in (a bf16 mask too) with f32 out reach each of them there.
+DTYPE_RUNS = [("device_config", case) for case in DTYPE_CASES] + [
+    ("forced_gpu_config", case) for case in ("bf16->f32", "f16->f16")]
+
+
+@pytest.mark.parametrize("config, case", DTYPE_RUNS)
+async def test_storage_dtypes(engine, rng, config, case):
     """bf16/f16 storage (f32 math): K transposed and a causal mask too, as attention graphs use."""
-    engine, _ = shaped
+    engine, _ = configure(engine, config)
     io, dst_dtype, mask_dtype = DTYPE_CASES[case]
     q_dims, kv_dims = (2, 2, 37, 32), (2, 2, 41, 32)
     arrays = {

@@ -98,7 +98,12 @@ SUBSET = [
     "tests/primitives/test_normalization.py::test_group_norm",
     "tests/primitives/test_matmul.py::test_matches_numpy_exactly",
     "tests/primitives/test_convolution.py::test_matches_reference_exactly",
-    "tests/primitives/test_sdpa.py::test_matches_reference",
+    # SDPA's simulated kernels are the slowest (70 of 90 s): the device configuration only (the
+    # runner's own shape: the CPU kernel in one run, the GPU kernel in the other) on the cases with
+    # partial tiles, padded heads, masks, K transposed, broadcast batches and rows that see no key.
+    *(f"tests/primitives/test_sdpa.py::test_matches_reference[device_config-{case}]" for case in (
+        "mask_full", "causal_bottom_right_short_kv", "k_transposed_causal", "odd_sizes", "gqa_grouped",
+        "sq_skv_d_dv_differ", "long_causal_transposed")),
 ]
 
 FULL_FILES = [

@@ -55,7 +55,11 @@ def moved(**changes) -> dict[str, int]:
 
 
 def relu(n: int, alpha: float = 0.0) -> EltwiseDesc:
-    """A cheap distinct key per ``(n, alpha)``."""
+    """A cheap distinct key per ``(n, alpha)``.
+
+    Tests that need many keys take them from n = 301 up: every test empties the primitive cache and
+    opens its own engine, so none sees another's entries, while a cold PoCL disk cache builds each
+    source once for the file instead of once per test."""
     return EltwiseDesc("relu", MemoryDesc((n,)), alpha=alpha)
 
 
@@ -333,7 +337,7 @@ async def test_raising_capacity_keeps_entries_lowering_evicts_the_least_recently
     fresh_cache, engine, build
 ):
     s0 = fresh_cache(15)
-    descs = [relu(n) for n in range(351, 363)]  # 12
+    descs = [relu(n) for n in range(301, 313)]  # 12
     await build(dict(enumerate(descs)))
     for desc in descs:  # hits, in list order: descs[0] is now the least recently used
         await engine.create_primitive(desc)
@@ -484,7 +488,7 @@ def in_threads(count: int, make_desc) -> list:
 
 def test_threads_creating_distinct_primitives(fresh_cache):
     s0 = fresh_cache()
-    results = in_threads(12, lambda i: relu(501 + i))
+    results = in_threads(12, lambda i: relu(301 + i))
     s1 = stats()
     assert (s1.size, s1.in_flight_builds) == (12, 0)
     assert delta(s0, s1) == moved(misses=12)
@@ -510,7 +514,7 @@ def test_threads_creating_one_primitive_build_it_once(fresh_cache):
 async def test_hundred_tasks_ten_keys_ten_builds(fresh_cache, engine):
     s0 = fresh_cache()
     b0 = built(engine)
-    descs = [relu(601 + i) for i in range(10)]
+    descs = [relu(301 + i) for i in range(10)]
     shuffle = random.Random(7)
     orders = [shuffle.sample(descs, len(descs)) for _ in range(100)]
     created: list = []
@@ -863,7 +867,7 @@ async def test_stress_tasks_and_threads_on_one_cache():
 async def test_stress_real_primitives(fresh_cache, engine):
     s0 = fresh_cache(4)
     b0 = built(engine)
-    descs = [relu(901 + i) for i in range(12)]
+    descs = [relu(301 + i) for i in range(12)]
     draw = random.Random(11)
     plans = [[draw.choice(descs) for _ in range(6)] for _ in range(50)]  # 300 requests
     served = collections.Counter()
@@ -963,16 +967,16 @@ async def test_engine_resources_follow_the_cache_capacity_with_a_floor(fresh_cac
     """Engines keep per-context kernels LRU-bounded by the cache capacity (at least 16), so
     evicted entries do not pile up kernels in long-lived engines."""
     fresh_cache(20)
-    prims = [await engine.create_primitive(relu(3000 + n)) for n in range(25)]
+    prims = [await engine.create_primitive(relu(301 + n)) for n in range(25)]
     assert engine.statistics().resources == 20
     assert stats().size == 20
     # A primitive keeps its own kernel after the engine forgot it: it still runs correctly.
-    x = np.linspace(-2, 2, 3000, dtype=np.float32)
+    x = np.linspace(-2, 2, 301, dtype=np.float32)
     got = await run_relu(engine, prims[0], x)
     tolerance.check(got, eltwise.reference("relu", x), tolerance.eltwise("relu"))
 
     fresh_cache(2)
     for n in range(18):
-        await engine.create_primitive(relu(4000 + n))
+        await engine.create_primitive(relu(326 + n))
     assert engine.statistics().resources == 16
     assert stats().size == 2
