@@ -21,7 +21,7 @@ from __future__ import annotations
 import attrs
 
 from ._logical_tensor import LogicalTensor, known_shape
-from ._op import Op
+from ._op import Op, producers_and_consumers
 from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
 
 # Anchors whose primitives take post-ops, with how their dst relates to the graph's output:
@@ -68,11 +68,7 @@ def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
     """``{anchor op id: Chain}`` for the partition's ``ops`` (topological order)."""
     position = {op.id: i for i, op in enumerate(ops)}
-    producer = {lt.id: op for op in ops for lt in op.outputs}
-    consumers: dict[int, list[Op]] = {}
-    for op in ops:
-        for lt in op.inputs:
-            consumers.setdefault(lt.id, []).append(op)
+    producer, consumers = producers_and_consumers(ops)
     chains: dict[int, Chain] = {}
     absorbed: set[int] = set()
     inside: set[int] = set()            # tensors a chain keeps in registers

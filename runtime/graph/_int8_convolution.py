@@ -23,7 +23,7 @@ from ._fusion import Chain
 from ._int8_matmul import _dequantized, _zps, _zps_fit
 from ._logical_tensor import known_shape
 from ._lowering import Builder, _lower_convolution
-from ._op import Op
+from ._op import Op, producers_and_consumers
 
 
 @attrs.frozen
@@ -49,11 +49,7 @@ def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int
     """``{Convolution op id: Int8ConvMatch}`` for the partition's ``ops`` and their post-op
     ``chains``. Always where it matches: the kernel reads one byte where op by op a Dequantize
     wrote and the convolution read four."""
-    producer = {lt.id: op for op in ops for lt in op.outputs}
-    consumers: dict[int, list[Op]] = {}
-    for op in ops:
-        for lt in op.inputs:
-            consumers.setdefault(lt.id, []).append(op)
+    producer, consumers = producers_and_consumers(ops)
     matches: dict[int, Int8ConvMatch] = {}
     for op in ops:
         if op.kind != "Convolution" or len(op.outputs) != 1 or len(op.inputs) < 2:

@@ -33,7 +33,7 @@ from ..kernels.quantized_matmul import fusion_pays
 from ._fusion import Chain
 from ._logical_tensor import known_shape
 from ._lowering import Builder, _lower_matmul
-from ._op import Op
+from ._op import Op, producers_and_consumers
 
 _INT8 = ("s8", "u8")
 _RANGE = {"s8": (-128, 127), "u8": (0, 255)}
@@ -71,11 +71,7 @@ def find_int8_matmuls(ops: list[Op], output_ids: set[int], chains: dict[int, Cha
     """``{MatMul op id: Int8Match}`` for the partition's ``ops`` (topological order) and their
     post-op ``chains`` (``_fusion.find_chains``), where the fused kernel pays for the engine's
     kernel ``config`` (``kernels.quantized_matmul.fusion_pays``)."""
-    producer = {lt.id: op for op in ops for lt in op.outputs}
-    consumers: dict[int, list[Op]] = {}
-    for op in ops:
-        for lt in op.inputs:
-            consumers.setdefault(lt.id, []).append(op)
+    producer, consumers = producers_and_consumers(ops)
     matches: dict[int, Int8Match] = {}
     for op in ops:
         if op.kind != "MatMul" or len(op.outputs) != 1:

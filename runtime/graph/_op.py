@@ -68,3 +68,16 @@ class Op:
         ins = ",".join(str(t.id) for t in self.inputs)
         outs = ",".join(str(t.id) for t in self.outputs)
         return f"Op({self.id} {self.kind} [{ins}] -> [{outs}])"
+
+
+def producers_and_consumers(ops: Iterable[Op]) -> tuple[dict[int, Op], dict[int, list[Op]]]:
+    """``({tensor id: the op making it}, {tensor id: the ops reading it, in order})`` over
+    ``ops``: what every pattern matcher of a partition walks."""
+    producers: dict[int, Op] = {}
+    consumers: dict[int, list[Op]] = {}
+    for op in ops:
+        for lt in op.inputs:
+            consumers.setdefault(lt.id, []).append(op)
+        for lt in op.outputs:
+            producers[lt.id] = op
+    return producers, consumers

@@ -30,7 +30,7 @@ from .._values._memory_desc import MemoryDesc
 from .._values._sdpa_backward_desc import SdpaBackwardDesc
 from ._logical_tensor import LogicalTensor, known_shape
 from ._lowering import Builder, View
-from ._op import Op
+from ._op import Op, producers_and_consumers
 
 _FLOATS = ("f32", "f16", "bf16")
 
@@ -54,11 +54,7 @@ class SdpaBackwardMatch:
 
 class _Graph:
     def __init__(self, ops: list[Op], output_ids: set[int]):
-        self.producer = {lt.id: op for op in ops for lt in op.outputs}
-        self.consumers: dict[int, list[Op]] = {}
-        for op in ops:
-            for lt in op.inputs:
-                self.consumers.setdefault(lt.id, []).append(op)
+        self.producer, self.consumers = producers_and_consumers(ops)
         self.output_ids = output_ids
         self.order = {op.id: i for i, op in enumerate(ops)}
 

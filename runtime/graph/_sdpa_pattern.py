@@ -51,7 +51,7 @@ import attrs
 
 from .._values._quantization import QUANTIZED_TYPES, Quantization
 from ._logical_tensor import LogicalTensor, known_shape
-from ._op import Op
+from ._op import Op, producers_and_consumers
 
 _FLOATS = ("f32", "f16", "bf16")
 _MOVES = ("StaticTranspose", "StaticReshape", "Reorder")
@@ -112,11 +112,7 @@ class _Scores:
 
 
 def find_sdpa(ops: list[Op], output_ids: set[int]) -> list[SdpaMatch]:
-    readers: dict[int, list[Op]] = {}
-    for op in ops:
-        for lt in op.inputs:
-            readers.setdefault(lt.id, []).append(op)
-    producers = {lt.id: op for op in ops for lt in op.outputs}
+    producers, readers = producers_and_consumers(ops)
 
     def only_reader(lt: LogicalTensor, dtypes: tuple[str, ...] = ("f32",)) -> Op | None:
         if lt.id in output_ids or lt.dtype not in dtypes:
