@@ -9,18 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _graph_helpers import graph_of, lt, run
+from _graph_helpers import deq, graph_of, int8_inputs, lt, primitive_kinds, run
 
 from triodnn.graph import Op
-from triodnn.graph._compiled_partition import compile_partition
 from triodnn.testing._driver import reference_outputs
-
-
-def deq(op_id, src, dst, shape, dtype, scales, zps, axis=None):
-    attrs = {"scales": list(scales), "zps": list(zps)}
-    if axis is not None:
-        attrs.update(qtype="per_channel", axis=axis)
-    return Op(op_id, "Dequantize", [lt(src, shape, dtype)], [lt(dst, shape)], attrs)
 
 
 def conv_graph(*, quantize=True, per_channel=False, nxc=False):
@@ -40,30 +32,11 @@ def conv_graph(*, quantize=True, per_channel=False, nxc=False):
     return graph_of(*ops)
 
 
-def inputs(rng, graph):
-    arrays = {}
-    for t in graph.input_tensors():
-        if t.dtype == "s8":
-            arrays[t.id] = rng.integers(-128, 128, t.shape).astype(np.int8)
-        elif t.dtype == "u8":
-            arrays[t.id] = rng.integers(0, 256, t.shape).astype(np.uint8)
-        else:
-            arrays[t.id] = rng.uniform(-2, 2, t.shape).astype(np.float32)
-    return arrays
-
-
-async def kinds_of(engine, graph):
-    (p,) = graph.get_partitions()
-    ins, outs = list(p.input_ports), list(p.output_ports)
-    compiled = await compile_partition(p, engine, ins, outs, p._infer(ins, outs, declared=True))
-    return [prim.desc.kind for prim in compiled.primitives]
-
-
 @pytest.mark.parametrize("options", [{}, {"nxc": True, "quantize": False}], ids=["ncx_s8", "nxc_f32_dst"])
 async def test_fuses_to_one_convolution_and_matches_the_reference(engine, rng, options):
     graph = conv_graph(**options)
-    assert await kinds_of(engine, graph) == ["convolution"]
-    arrays = inputs(rng, graph)
+    assert await primitive_kinds(engine, graph) == ["convolution"]
+    arrays = int8_inputs(rng, graph)
     got = await run(engine, graph, arrays)
     want, _ = reference_outputs(graph, arrays)
     (out,) = [t.id for t in graph.output_tensors()]
@@ -78,9 +51,9 @@ async def test_fuses_to_one_convolution_and_matches_the_reference(engine, rng, o
 
 async def test_per_channel_weights_run_op_by_op(engine, rng):
     graph = conv_graph(per_channel=True)
-    kinds = await kinds_of(engine, graph)
+    kinds = await primitive_kinds(engine, graph)
     assert kinds.count("quantize") == 3 and "convolution" in kinds
-    arrays = inputs(rng, graph)
+    arrays = int8_inputs(rng, graph)
     got = await run(engine, graph, arrays)
     want, _ = reference_outputs(graph, arrays)
     assert np.array_equal(got[30], want[30])

@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _graph_helpers import graph_of, lt, run
+from _graph_helpers import deq, graph_of, int8_inputs, lt, primitive_kinds, run
 
 from triodnn.graph import Op
-from triodnn.graph._compiled_partition import compile_partition
 from triodnn.kernels import select_config
 from triodnn.testing._driver import reference_outputs
-
-
-def deq(op_id, src, dst, shape, dtype, scales, zps, axis=None):
-    attrs = {"scales": list(scales), "zps": list(zps)}
-    if axis is not None:
-        attrs.update(qtype="per_channel", axis=axis)
-    return Op(op_id, "Dequantize", [lt(src, shape, dtype)], [lt(dst, shape)], attrs)
 
 
 def int8_graph(*, m=6, k=24, n=10, sdt="u8", wdt="s8", per_channel=True, transpose_b=False,
@@ -48,25 +40,6 @@ def int8_graph(*, m=6, k=24, n=10, sdt="u8", wdt="s8", per_channel=True, transpo
     return graph_of(*ops)
 
 
-def _inputs(rng, graph):
-    arrays = {}
-    for t in graph.input_tensors():
-        if t.dtype == "s8":
-            arrays[t.id] = rng.integers(-128, 128, t.shape).astype(np.int8)
-        elif t.dtype == "u8":
-            arrays[t.id] = rng.integers(0, 256, t.shape).astype(np.uint8)
-        else:
-            arrays[t.id] = rng.uniform(-2, 2, t.shape).astype(np.float32)
-    return arrays
-
-
-async def kinds_of(engine, graph, fuse=True):
-    (p,) = graph.get_partitions()
-    ins, outs = list(p.input_ports), list(p.output_ports)
-    compiled = await compile_partition(p, engine, ins, outs, p._infer(ins, outs, declared=True), fuse=fuse)
-    return [prim.desc.kind for prim in compiled.primitives]
-
-
 OPTIONS = {
     "per_channel_relu_u8": {},
     "per_tensor_s8_src_s8_dst": {"sdt": "s8", "per_channel": False, "quantize": "s8"},
@@ -81,8 +54,8 @@ async def test_fuses_to_one_quantized_matmul_and_matches_the_reference(engine, r
     graph = int8_graph(**OPTIONS[name])
     # The bf16 graph's TypeCast of the MatMul's bf16 output stays a reorder.
     want_kinds = ["quantized_matmul", "reorder"] if OPTIONS[name].get("typecast") else ["quantized_matmul"]
-    assert await kinds_of(engine, graph) == want_kinds
-    arrays = _inputs(rng, graph)
+    assert await primitive_kinds(engine, graph) == want_kinds
+    arrays = int8_inputs(rng, graph)
     got = await run(engine, graph, arrays)
     want, magnitudes = reference_outputs(graph, arrays)
     (out,) = [t.id for t in graph.output_tensors()]
@@ -106,24 +79,24 @@ async def test_not_taken_runs_op_by_op(engine, rng):
         deq(1, 1, 11, (8, 5), "s8", [0.01 * (i + 1) for i in range(8)], [0] * 8, axis=0),
         Op(4, "MatMul", [lt(10, (4, 8)), lt(11, (8, 5))], [lt(20, (4, 5))]),
     )
-    kinds = await kinds_of(engine, graph)
+    kinds = await primitive_kinds(engine, graph)
     assert "quantized_matmul" not in kinds and kinds.count("quantize") == 2 and "matmul" in kinds
-    arrays = _inputs(rng, graph)
+    arrays = int8_inputs(rng, graph)
     got = await run(engine, graph, arrays)
     want, _ = reference_outputs(graph, arrays)
     np.testing.assert_allclose(got[20], want[20], rtol=1e-5, atol=1e-5)
 
 
 async def test_fuse_false_lowers_op_by_op(engine):
-    assert await kinds_of(engine, int8_graph(), fuse=False) == ["quantize", "quantize", "matmul", "eltwise", "quantize"]
+    assert await primitive_kinds(engine, int8_graph(), fuse=False) == ["quantize", "quantize", "matmul", "eltwise", "quantize"]
 
 
 async def test_gpu_configuration_fuses_small_products_only(engine):
     # kernels.quantized_matmul.fusion_pays: the GPU kernel is not tiled, so large products stay
     # on the tiled f32 matmul. Compiled only (the configuration is part of the primitive key).
     engine._config = select_config("gpu", engine.info.max_work_group_size)
-    assert await kinds_of(engine, int8_graph()) == ["quantized_matmul"]
+    assert await primitive_kinds(engine, int8_graph()) == ["quantized_matmul"]
     big = int8_graph(m=512, k=512, n=512, per_channel=False)
-    assert await kinds_of(engine, big) == ["quantize", "quantize", "matmul", "quantize"]
+    assert await primitive_kinds(engine, big) == ["quantize", "quantize", "matmul", "quantize"]
     engine._config = select_config("cpu", engine.info.max_work_group_size)
-    assert await kinds_of(engine, big) == ["quantized_matmul"]
+    assert await primitive_kinds(engine, big) == ["quantized_matmul"]
