@@ -211,7 +211,7 @@ class _Operands:
         if quant is None:
             return expr
         t = "float16" if vector else "float"
-        if quant.dtype not in _QRANGE:  # f8: through the type's store and load, lane by lane
+        if quant.dtype not in RANGES:  # f8: through the type's store and load, lane by lane
             scale = f"({t})({c_float(quant.static_scale)})"
             through = f"sd_f8{'_v' if vector else ''}({rounded(quant.round_in, expr, vector)} / {scale})"
             return rounded(quant.round_out, f"{through} * {scale}", vector)
@@ -231,12 +231,12 @@ class _Operands:
         quant = self.desc.probs_quant
         if quant is None:
             return ""
-        if quant.dtype not in _QRANGE:
+        if quant.dtype not in RANGES:
             lanes = ", ".join(f"round_{quant.dtype}(x.s{k:x})" for k in range(16))
             return (_dtype_io.f8_round_function(quant.dtype)
                     + f"static inline float sd_f8(const float x) {{ return round_{quant.dtype}(x); }}\n"
                     + f"static inline float16 sd_f8_v(const float16 x) {{ return (float16)({lanes}); }}\n")
-        low, high = _QRANGE[quant.dtype]
+        low, high = RANGES[quant.dtype]
         return "".join(
             f"static inline {t} sd_clampq{sfx}(const {t} x) {{ return x < ({t})({c_float(low)}) ? ({t})({c_float(low)})"
             f" : (x > ({t})({c_float(high)}) ? ({t})({c_float(high)}) : x); }}\n"
@@ -249,8 +249,6 @@ class _Operands:
             return expr
         return quantized_value(quant, expr)
 
-
-_QRANGE = RANGES
 
 
 def _hreduce(var: str, width: int, combine: str, out: str) -> str:
@@ -1261,10 +1259,10 @@ def _through(p: np.ndarray, quant) -> np.ndarray:
     """Probabilities through the graph's Quantize -> Dequantize (rounded on the way in and out)."""
     p32 = _dtype_io.store_reference(p.astype(np.float32), quant.round_in).astype(np.float32)
     scale = np.float32(quant.static_scale)
-    if quant.dtype not in _QRANGE:  # f8: zero point 0, the type's own rounding and saturation
+    if quant.dtype not in RANGES:  # f8: zero point 0, the type's own rounding and saturation
         back = (_dtype_io.store_reference(p32 / scale, quant.dtype).astype(np.float32) * scale).astype(np.float32)
         return _dtype_io.store_reference(back, quant.round_out).astype(np.float64)
-    low, high = _QRANGE[quant.dtype]
+    low, high = RANGES[quant.dtype]
     stored = np.clip(np.rint(p32 / scale + np.float32(quant.zp)), low, high)
     back = ((stored - quant.zp) * scale).astype(np.float32)
     return _dtype_io.store_reference(back, quant.round_out).astype(np.float64)

@@ -22,10 +22,10 @@ from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
+from ._quantization import RANGES
 
 INT8 = ("s8", "u8")
 FLOAT_DST = ("f32", "f16", "bf16")
-_RANGE = {"s8": (-128, 127), "u8": (0, 255)}
 
 
 def _floats(value) -> tuple[float, ...]:
@@ -136,7 +136,7 @@ class QuantizedMatmulDesc(OpDesc):
         """A zero point inside ``dtype``'s range (0 only, for a float dst)."""
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) != value:
             raise InvalidArgumentError(f"{name} {value!r} must be an integer")
-        low, high = _RANGE.get(dtype or "", (0, 0))
+        low, high = RANGES[dtype] if dtype in INT8 else (0, 0)
         if not low <= int(value) <= high:
             where = f"{dtype} range [{low}, {high}]" if dtype else "a float dst: it must be 0"
             raise InvalidArgumentError(f"{name} {value} is outside the {where}")

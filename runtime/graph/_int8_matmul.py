@@ -28,6 +28,7 @@ import attrs
 
 from .._values._kernel_spec import KernelConfig
 from .._values._memory_desc import MemoryDesc
+from .._values._quantization import RANGES
 from .._values._quantized_matmul_desc import QuantizedMatmulDesc
 from ..kernels.quantized_matmul import fusion_pays
 from ._fusion import Chain
@@ -36,7 +37,6 @@ from ._lowering import Builder, _lower_matmul
 from ._op import Op, producers_and_consumers
 
 _INT8 = ("s8", "u8")
-_RANGE = {"s8": (-128, 127), "u8": (0, 255)}
 
 
 @attrs.frozen
@@ -124,7 +124,7 @@ def _zps(op: Op) -> tuple[int, ...]:
 def _zps_fit(op: Op, dtype: str) -> bool:
     """Zero points an int8 kernel can take: inside the quantized type's range (op by op, an
     outlier zero point is just arithmetic; the descriptor refuses it)."""
-    low, high = _RANGE[dtype]
+    low, high = RANGES[dtype]
     return all(low <= z <= high for z in _zps(op))
 
 
