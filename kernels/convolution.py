@@ -38,7 +38,7 @@ import numpy as np
 
 from .._values._convolution_desc import ConvolutionDesc
 from .._values._convolution_desc import out_size as out_size
-from . import _dtype_io, _post_ops, tolerance
+from . import _dtype_io, _post_ops, convolution_gemm, tolerance
 from ._post_ops import generate_scaled
 from ._quantized_io import centered, quantized_value
 from ._registry import register
@@ -55,6 +55,9 @@ def generate(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec:
     """The kernel of ``desc`` for ``config``; ``output_scale`` reaches ``_direct`` as a leading
     ``linear`` post-op (``_post_ops.generate_scaled``)."""
     desc.check_supported()
+    if convolution_gemm.applies(desc, config):
+        return generate_scaled(lambda chain: convolution_gemm.implicit_gemm(desc, chain, config),
+                               desc.post_ops, desc.output_scale)
     return generate_scaled(lambda chain: _direct(desc, chain, config), desc.post_ops, desc.output_scale)
 
 
@@ -161,7 +164,21 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
             bias_param=bias_param + po_params, config=config, post_ops=post_ops, po_strides=po_strides,
             args=args, dtypes=dtypes, helpers=helpers, params=(src_param, wei_param, dst_param), quant=quant,
         )
-    local = max(1, min(config.local_size, npos))
+    # Channels fastest where they are contiguous in src and dst (NHWC) on the GPU configuration:
+    # neighbouring work-items then read neighbouring channels of one pixel. Positions fastest
+    # there made each warp's loads C floats apart: the depthwise rows of BENCHMARKS.md §13 ran at
+    # 0.09-0.2x cuDNN in NHWC.
+    channels_fast = config.vector_width == 1 and ss[1] == 1 and ds[1] == 1 and groups * nblk >= 8
+    if channels_fast:
+        local_c = min(config.local_size, 1 << (groups * nblk - 1).bit_length())
+        local_p = max(1, min(config.local_size // local_c, npos))
+        ids = "p = get_global_id(1), gb = get_global_id(0)"
+        global_size = (padded_global(groups * nblk, local_c), padded_global(npos, local_p), n)
+        local_size, local_name = (local_c, local_p, 1), f"c{local_c}x{local_p}"
+    else:
+        local = max(1, min(config.local_size, npos))
+        ids = "p = get_global_id(0), gb = get_global_id(1)"
+        global_size, local_size, local_name = (padded_global(npos, local), groups * nblk, n), (local, 1, 1), f"{local}"
     po_offsets = "".join(
         f"\n    const long off_{name} = (long)b * {s[0]}L"
         + "".join(f" + o{axes[i]} * {s[2 + i]}L" for i in range(nsp) if s[2 + i])
@@ -171,7 +188,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     source = helpers + _post_ops.functions(post_ops)
     source += f"""__kernel void convolution_fwd({src_param}, {wei_param},{bias_param}{po_params}
                               {dst_param}) {{
-    const ulong p = get_global_id(0), gb = get_global_id(1), b = get_global_id(2);
+    const ulong {ids}, b = get_global_id(2);
     if (p >= {npos}UL || gb >= {groups * nblk}UL || b >= {n}UL) return;
     const long g = (long)(gb / {nblk}UL);
     const long oc0 = (long)(gb % {nblk}UL) * {ocb}L;   /* first output channel, within the group */
@@ -186,9 +203,9 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         source=source,
         name="convolution_fwd",
         arg_names=args,
-        global_size=(padded_global(npos, local), groups * nblk, n),
-        local_size=(local, 1, 1),
-        impl=f"ocl:direct:oc{ocb}:l{local}",
+        global_size=global_size,
+        local_size=local_size,
+        impl=f"ocl:direct:oc{ocb}:l{local_name}",
     )
 
 

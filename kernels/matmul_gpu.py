@@ -32,6 +32,7 @@ epilogue computes each output on its own and stores f32 rows of 4 as one float4 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -312,10 +313,6 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     tile.check()
     if not splits_k(tile, k):
         raise ValueError(f"tile {tile.name} needs K a multiple of {tile.ks * tile.bk}; K is {k}")
-    bm, bn, bk, tm, tn, lm, ln, items = tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, tile.lm, tile.ln, tile.items
-    ks, threads = tile.ks, tile.threads
-    kpart = k // ks  # K of each split
-
     strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
     if has_bias:
         strides["c"] = sc[:-2]
@@ -325,8 +322,66 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     else:
         offsets = " ".join(f"const ulong off_{name} = 0;" for name in strides)
 
-    a = _Operand("a", "src", "As", src_dtype, m, k, sa[-2], sa[-1], sa[:-2], bm, tile)
-    b = _Operand("b", "wei", "Bs", wei_dtype, n, k, sb[-1], sb[-2], sb[:-2], bn, tile)
+    a = _Operand("a", "src", "As", src_dtype, m, k, sa[-2], sa[-1], sa[:-2], tile.bm, tile)
+    b = _Operand("b", "wei", "Bs", wei_dtype, n, k, sb[-1], sb[-2], sb[:-2], tile.bn, tile)
+    if tile.ks == 1:
+        a_off, b_off = "off_a", "off_b"
+    else:
+        kpart = k // tile.ks
+        a_off, b_off = f"(off_a + (ulong)kg * {kpart * sa[-1]}UL)", f"(off_b + (ulong)kg * {kpart * sb[-2]}UL)"
+    sdm, sdn, scm, scn = sd[-2], sd[-1], sc[-2], sc[-1]
+    row_strides = {"d": sdm} | ({"c": scm} if has_bias else {}) | {name: s[-2] for name, s in po_strides.items()}
+    epilogue = Epilogue(
+        dst_dtype=dst_dtype, bias_dtype=bias_dtype if has_bias else None, post_ops=post_ops,
+        col_strides={"d": sdn} | ({"c": scn} if has_bias else {}) | {name: s[-1] for name, s in po_strides.items()},
+        row_offsets=lambda row: " ".join(f"const ulong ro_{t} = {row} * {s}UL;" for t, s in row_strides.items()),
+        vec_store=dst_dtype == "f32" and sdn == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1]),
+    )
+    params = (f"{_dtype_io.param(src_dtype, 'src', const=True)}, {_dtype_io.param(wei_dtype, 'wei', const=True)},"
+              + (f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else "")
+              + f"{_post_ops.params(post_ops)}\n                {_dtype_io.param(dst_dtype, 'dst', const=False)}")
+    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
+    helpers = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
+    return gemm_kernel(
+        name="matmul_fwd", params=params, helpers=helpers, m=m, n=n, k=k, tile=tile, a=a, b=b,
+        offsets=offsets, a_off=a_off, b_off=b_off, epilogue=epilogue, nbatch=nbatch, args=args,
+        impl=f"ocl:gemm_tiled:{tile.name}",
+    )
+
+
+@attrs.frozen
+class Epilogue:
+    """What the tiled kernel does with each finished output (row, col): ``acc + bias``, the
+    post-op chain, the store as ``dst_dtype``.
+
+    Each tensor the epilogue touches has a key: ``d`` (dst), ``c`` (bias), the binary post-op
+    operands' names. An element's offset is ``off_<key> + ro_<key> + col * col_strides[key]``:
+    ``off_<key>`` comes from the kernel's batch offsets, ``ro_<key>`` from ``row_offsets(row)``
+    (C statements defining it for every key; a matmul multiplies, a convolution decodes the row
+    into an image and an output position). ``vec_store``: dst rows of 4 f32 are stored as one
+    float4 (the caller checked alignment); ``vec_store_rows``: four rows of a column are, their
+    offsets consecutive (M % 4 == 0; a convolution's NCHW dst, whose positions are its rows)."""
+
+    dst_dtype: str
+    bias_dtype: str | None  # None: no bias
+    post_ops: tuple
+    col_strides: dict
+    row_offsets: Callable[[str], str]
+    vec_store: bool
+    vec_store_rows: bool = False
+
+
+def gemm_kernel(*, name: str, params: str, helpers: str, m: int, n: int, k: int, tile: Tile, a: _Operand,
+                b: _Operand, offsets: str, a_off: str, b_off: str, epilogue: Epilogue, nbatch: int,
+                args: tuple[str, ...], impl: str) -> KernelSpec:
+    """The tiled kernel around two operands (``_Operand`` or a subclass that gathers, as an implicit
+    GEMM does) and an epilogue: ``offsets`` defines ``off_<key>`` for every tensor from
+    ``get_group_id(2)`` (the batch); ``a_off`` / ``b_off`` are where the operands start (a split
+    tile's ``kg`` may appear in them)."""
+    bm, bn, bk, tm, tn, lm, ln, items = tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, tile.lm, tile.ln, tile.items
+    ks, threads = tile.ks, tile.threads
+    kpart = k // ks  # K of each split
     slabs, full = math.ceil(kpart / bk), kpart // bk  # slabs in all; those without a K tail
 
     def load(k0: str, slab: str) -> str:
@@ -345,36 +400,50 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     step = "\n            ".join(reads + [" ".join(fmas[r * tn:(r + 1) * tn]) for r in range(tm)])
 
     # Epilogue: output (i, j) of the work-item is row ty*4 + (i/4)*4*LM + i%4, column likewise.
-    sdm, sdn, scm, scn = sd[-2], sd[-1], sc[-2], sc[-1]
-    vec_store = dst_dtype == "f32" and sdn == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1])
+    ep = epilogue
     row_check, col_check = m % bm != 0, n % bn != 0
+    keys = tuple(ep.col_strides)
+    po_names = tuple(key for key in keys if key not in ("d", "c"))
+
+    def at(key: str, col: str) -> str:
+        return f"off_{key} + ro_{key} + ({col}) * {ep.col_strides[key]}UL"
 
     def value(i: int, j: int, var: str, col: str) -> str:
-        od = f"off_d + row * {sdm}UL + ({col}) * {sdn}UL"
-        bias = (" + " + _dtype_io.load(bias_dtype, "bias", f"off_c + row * {scm}UL + ({col}) * {scn}UL")) if has_bias else ""
-        post = _dtype_io.apply_post_ops_scalar(post_ops, var, od, {
-            name: f"off_{name} + row * {po_strides[name][-2]}UL + ({col}) * {po_strides[name][-1]}UL"
-            for name in po_names}, dst_dtype)
+        bias = f" + {_dtype_io.load(ep.bias_dtype, 'bias', at('c', col))}" if ep.bias_dtype is not None else ""
+        post = _dtype_io.apply_post_ops_scalar(ep.post_ops, var, at("d", col),
+                                               {key: at(key, col) for key in po_names}, ep.dst_dtype)
         return f"float {var} = c{i}_{j}{bias}; {post}"
 
-    epilogue = []
-    for i in range(tm):
+    lines = []
+    for ig in range(tm // 4 if ep.vec_store_rows else 0):  # four rows of a column per float4
+        first = f"row0 + {ig * 4 * lm}u"
+        cols = []
+        for j in range(tn):
+            col = f"col0 + {(j // 4) * 4 * ln + j % 4}u"
+            rows = " ".join(f"{{ const ulong row = {first} + {r}u; {ep.row_offsets('row')} "
+                            f"{value(ig * 4 + r, j, 'w', col)} v{r} = w; }}" for r in range(4))
+            store = (f"{{ const ulong row = {first}; {ep.row_offsets('row')} "
+                     f"*(__global float4*)(dst + {at('d', col)}) = (float4)(v0, v1, v2, v3); }}")
+            body = f"float v0, v1, v2, v3; {rows} {store}"
+            cols.append(f"if ({col} < N) {{ {body} }}" if col_check else f"{{ {body} }}")
+        guard = f"if ({first} < M) " if row_check else ""
+        lines.append(f"{guard}{{\n        " + "\n        ".join(cols) + "\n    }")
+    for i in range(tm if not ep.vec_store_rows else 0):
         cols = []
         for jg in range(tn // 4):
             col = f"col0 + {jg * 4 * ln}u"
-            if vec_store:
+            if ep.vec_store:
                 body = " ".join(value(i, 4 * jg + c, f"v{c}", f"{col} + {c}u") for c in range(4))
-                body += f" *(__global float4*)(dst + off_d + row * {sdm}UL + {col}) = (float4)(v0, v1, v2, v3);"
+                body += f" *(__global float4*)(dst + off_d + ro_d + {col}) = (float4)(v0, v1, v2, v3);"
                 cols.append(f"if ({col} < N) {{ {body} }}" if col_check else f"{{ {body} }}")
             else:
                 for c in range(4):
                     cc = f"{col} + {c}u"
-                    body = (value(i, 4 * jg + c, "v", cc) + " "
-                            + _dtype_io.store(dst_dtype, "dst", f"off_d + row * {sdm}UL + ({cc}) * {sdn}UL", "v"))
+                    body = value(i, 4 * jg + c, "v", cc) + " " + _dtype_io.store(ep.dst_dtype, "dst", at("d", cc), "v")
                     cols.append(f"if ({cc} < N) {{ {body} }}" if col_check else f"{{ {body} }}")
         guard = "if (row < M) " if row_check else ""
-        epilogue.append(f"{{ const ulong row = row0 + {(i // 4) * 4 * lm + i % 4}u; {guard}{{\n        "
-                        + "\n        ".join(cols) + "\n    } }")
+        lines.append(f"{{ const ulong row = row0 + {(i // 4) * 4 * lm + i % 4}u; {guard}{{\n        "
+                     + ep.row_offsets("row") + "\n        " + "\n        ".join(cols) + "\n    } }")
 
     # Warps of 4 x 8 work-items (rows x columns) where the work-group tiles into them.
     if items % 32 == 0 and ln % 8 == 0 and lm % 4 == 0:
@@ -386,8 +455,6 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     accs = ", ".join(f"c{i}_{j} = 0.0f" for i in range(tm) for j in range(tn))
     regs = ", ".join([f"a_r{g}" for g in range(a.groups)] + [f"b_r{g}" for g in range(b.groups)])
     a_size, b_size = bk * a.stride, bk * b.stride
-    bias_param = f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else ""
-    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
     main = f"""
     {load("0u", "0u")}
     {a.store("0u")} {b.store("0u")}
@@ -415,7 +482,7 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     __local float* const As = (__local float*)As4;
     __local float* const Bs = (__local float*)Bs4;
     const uint lid = get_local_id(0);"""
-        a_off, b_off, split_sum = "off_a", "off_b", ""
+        split_sum = ""
     else:
         # Split kg of ks: its own pair of slab buffers and K range [kg * kpart, (kg + 1) * kpart).
         split_head = f"""__local float4 As4_all[{ks * 2 * a_size // 4}];
@@ -425,30 +492,24 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     __local float4* const Bs4 = Bs4_all + kg * {2 * b_size // 4}u;
     __local float* const As = (__local float*)As4;
     __local float* const Bs = (__local float*)Bs4;"""
-        a_off, b_off = f"(off_a + (ulong)kg * {kpart * sa[-1]}UL)", f"(off_b + (ulong)kg * {kpart * sb[-2]}UL)"
         # Splits 1.. leave their sums in A's buffers (the loop ended on a barrier); split 0 adds
         # them in split order and alone runs the epilogue.
         n_acc = tm * tn
         acc_names = [f"c{i}_{j}" for i in range(tm) for j in range(tn)]
-        saves = " ".join(f"red[((kg - 1u) * {n_acc}u + {x}u) * {items}u + lid] = {name};"
-                         for x, name in enumerate(acc_names))
-        adds = " ".join(f"{name} += red[({s * n_acc + x}u) * {items}u + lid];"
-                        for s in range(ks - 1) for x, name in enumerate(acc_names))
+        saves = " ".join(f"red[((kg - 1u) * {n_acc}u + {x}u) * {items}u + lid] = {acc};"
+                         for x, acc in enumerate(acc_names))
+        adds = " ".join(f"{acc} += red[({s * n_acc + x}u) * {items}u + lid];"
+                        for s in range(ks - 1) for x, acc in enumerate(acc_names))
         split_sum = f"""__local float* const red = (__local float*)As4_all;
     if (kg > 0u) {{ {saves} }}
     barrier(CLK_LOCAL_MEM_FENCE);
     if (kg > 0u) return;
     {adds}"""
-    src_param = _dtype_io.param(src_dtype, "src", const=True)
-    wei_param = _dtype_io.param(wei_dtype, "wei", const=True)
-    dst_param = _dtype_io.param(dst_dtype, "dst", const=False)
-    source = (_dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
-              + f"""#define M {m}UL
+    source = helpers + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 __kernel __attribute__((reqd_work_group_size({threads}, 1, 1)))
-void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
-                {dst_param}) {{
+void {name}({params}) {{
     {split_head}
     {mapping}
     const ulong m0 = get_group_id(1) * {bm}UL, n0 = get_group_id(0) * {bn}UL;
@@ -459,15 +520,14 @@ void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)
     float {accs};{main}
     {split_sum}
     const ulong row0 = m0 + ty * 4u, col0 = n0 + tx * 4u;
-    {(chr(10) + "    ").join(epilogue)}
+    {(chr(10) + "    ").join(lines)}
 }}
-""")
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
+"""
     return KernelSpec(
         source=source,
-        name="matmul_fwd",
+        name=name,
         arg_names=args,
         global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
         local_size=(threads, 1, 1),
-        impl=f"ocl:gemm_tiled:{tile.name}",
+        impl=impl,
     )

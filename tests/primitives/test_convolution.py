@@ -133,7 +133,8 @@ def test_parameters_resolve_to_tuples_and_one_descriptor():
 
 
 def test_cpu_path_choice():
-    """Contiguous W, stride 1, OW >= 16: row vectors; NHWC src or W stride 2 or OW < 16: per-position."""
+    """Contiguous W, stride 1, OW >= 16: row vectors; NHWC src or W stride 2 or OW < 16: per-position.
+    The GPU configuration takes the implicit GEMM (tests/kernels/test_convolution_gemm.py)."""
     cpu = select_config("cpu", 4096)
     resnet = ConvolutionDesc(MemoryDesc((1, 64, 56, 56)), MemoryDesc((64, 64, 3, 3)), padding_l=1)
     assert convolution.generate(resnet, cpu).impl.startswith("ocl:direct:row16:oc16")
@@ -143,7 +144,7 @@ def test_cpu_path_choice():
         ConvolutionDesc(MemoryDesc((1, 64, 15, 15)), MemoryDesc((64, 64, 3, 3)), padding_l=1),
     ):
         assert convolution.generate(desc, cpu).impl.startswith("ocl:direct:oc")
-    assert convolution.generate(resnet, select_config("gpu", 1024)).impl.startswith("ocl:direct:oc4")
+    assert convolution.generate(resnet, select_config("gpu", 1024)).impl.startswith("ocl:implicit_gemm:ck:")
 
 
 async def test_one_primitive_reused(engine, build, rng):
