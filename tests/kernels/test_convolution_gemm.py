@@ -118,3 +118,15 @@ async def test_depthwise_nhwc_runs_channels_fastest(gpu_shaped, rng):
     primitive, got = await execute(gpu_shaped, desc, arrays)
     assert primitive.impl == "ocl:direct:oc1:lc64x4", primitive.impl
     np.testing.assert_array_equal(got, convolution.desc_reference(desc, arrays))
+
+
+async def test_storage_types(gpu_shaped, rng):
+    """bf16 src gathered four channels per access, f16 weights, a bf16 bias, an f16 dst: f32 math,
+    exact on small integers."""
+    src_dims, w_dims = (1, 4, 8, 8), (16, 4, 3, 3)
+    desc = ConvolutionDesc(MemoryDesc(src_dims, "bf16", "nhwc"), MemoryDesc(w_dims, "f16", "hwio"),
+                           MemoryDesc((1, 16, 8, 8), "f16", "nhwc"), MemoryDesc((16,), "bf16"), (1, 1), (1, 1), (1, 1))
+    arrays = {"src": ints(rng, src_dims), "weights": ints(rng, w_dims), "bias": ints(rng, (16,))}
+    primitive, got = await execute(gpu_shaped, desc, arrays)
+    assert primitive.impl.startswith("ocl:implicit_gemm:kc:"), primitive.impl
+    np.testing.assert_array_equal(got.astype(np.float32), convolution.desc_reference(desc, arrays).astype(np.float32))
