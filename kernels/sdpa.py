@@ -59,7 +59,7 @@ from .._values._sdpa_desc import CAUSAL as CAUSAL
 from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
 from .._values._sdpa_desc import SdpaDesc
-from . import _dtype_io
+from . import _dtype_io, sdpa_flash
 from ._quantized_io import quantized_value, rounded, rounding_functions, table, table_load, tabled
 from ._registry import register
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code
@@ -363,6 +363,9 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
         rv = cpu_row_vectors(sq, d, dv, config.local_memory)
         if rv:
             return _cpu_generate(rv=rv, local_memory=config.local_memory, **common)
+    flash = sdpa_flash.flash_shape(desc, config)
+    if flash is not None:
+        return sdpa_flash.generate(shape=flash, **common)
     shape = gpu_split_shape(sq, skv, d, dv, config)
     if shape is not None:
         return _gpu_split_generate(shape=shape, **common)

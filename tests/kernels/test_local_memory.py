@@ -84,9 +84,10 @@ def test_cpu_sdpa_narrows_then_hands_over():
     assert sdpa_spec(64, 64, 512, 512, CPU_32K).impl.startswith("ocl:sdpa:wg:")
 
 
-def test_gpu_split_sdpa_shortens_its_kv_tile():
-    """NVIDIA's 48 KiB holds 64-row K/V tiles for d=64; the OpenCL minimum, 32 rows."""
-    assert sdpa_spec(128, 128, 64, 64, GPU_48K).impl == "ocl:sdpa:wgsplit:q16x16:k64:l256"
+def test_gpu_sdpa_kernels_fit_the_local_memory():
+    """NVIDIA's 48 KiB holds the flash kernel's blocks for d=64 (36 KiB); the OpenCL minimum
+    does not, and the split kernel takes it with 32-row K/V tiles."""
+    assert sdpa_spec(128, 128, 64, 64, GPU_48K).impl == "ocl:sdpa:flash:q64:k32:l256"
     assert sdpa_spec(128, 128, 64, 64, GPU_32K).impl == "ocl:sdpa:wgsplit:q16x16:k32:l256"
 
 

@@ -70,7 +70,7 @@ def configure(engine, config: str):
         # GPU-shaped, within what the device offers (Oclgrind: the OpenCL minimum, 32 KiB)
         engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
     vectors = engine._config.vector_width >= 16
-    return engine, "ocl:sdpa:rowlanes" if vectors else "ocl:sdpa:wg"
+    return engine, "ocl:sdpa:rowlanes" if vectors else "ocl:sdpa:flash"
 
 
 @pytest.fixture(params=["device_config", "forced_gpu_config"])
@@ -345,34 +345,37 @@ def test_generation_is_deterministic_and_bakes_the_shape(config):
     if config.vector_width >= 16:
         assert a.local_size == (1, 1) and a.global_size == (2, 4)  # 32 rows per work-item
         assert "exp(" not in a.source.replace("sd_exp(", "")  # the inlined exp only
-    else:  # the split kernel: 16 rows of 16 work-items per work-group, 3 groups for 33 rows
-        assert a.impl == "ocl:sdpa:wgsplit:q16x16:k64:l256"
-        assert a.local_size == (256, 1) and a.global_size == (3 * 256, 4)
+    else:  # the flash kernel: 64 rows per work-group of 256, one group for 33 rows
+        assert a.impl == "ocl:sdpa:flash:q64:k32:l256"
+        assert a.local_size == (256, 1) and a.global_size == (256, 4)
 
 
 def test_gpu_kernel_choice():
-    """The split kernel where q and O fit in registers and work-groups of 64+ are allowed; else
-    the one-row-per-work-item kernel."""
-    def impl(d, dv, skv=128, config=GPU):
+    """The flash kernel for plain scores on work-groups of 256 (64-row blocks up to head size 64,
+    32-row ones up to 128); the split kernel where q and O fit in registers and work-groups of
+    64+ are allowed, or for the score variants flash lacks; else the one-row-per-work-item kernel."""
+    def impl(d, dv, skv=128, config=GPU, **kwargs):
         return generate(SdpaDesc(MemoryDesc((1, 8, 128, d)), MemoryDesc((1, 8, skv, d)),
-                                 MemoryDesc((1, 8, skv, dv))), config).impl
-    assert impl(64, 64) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
-    assert impl(64, 64, skv=20) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
-    assert impl(96, 96) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit local memory
+                                 MemoryDesc((1, 8, skv, dv)), **kwargs), config).impl
+    assert impl(64, 64) == "ocl:sdpa:flash:q64:k32:l256"
+    assert impl(128, 128) == "ocl:sdpa:flash:q32:k32:l256"
+    assert impl(64, 64, softcap=MemoryDesc((1,)), scale=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
+    assert impl(64, 64, skv=20, softcap=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
+    assert impl(96, 96, softcap=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit
     assert (impl(64, 64, config=KernelConfig(vector_width=1, local_size=128, local_memory=48 * 1024))
             == "ocl:sdpa:wgsplit:q8x16:k64:l128")
-    assert impl(128, 128).startswith("ocl:sdpa:wg:")  # q and O would not fit in registers
+    assert impl(256, 256).startswith("ocl:sdpa:wg:")  # past flash's heads; q and O past the registers
     assert impl(64, 64, config=NARROW).startswith("ocl:sdpa:wg:")
 
 
-async def test_gpu_fallback_kernel_large_head(engine, rng):
-    """Head size 128 (q + O over the register budget): the one-row-per-work-item kernel."""
+async def test_gpu_large_head(engine, rng):
+    """Head size 128: the flash kernel's 32-row blocks (one key per work-item in the scores)."""
     engine._config = GPU
     q, k, v = values(rng, (1, 1, 20, 128)), values(rng, (1, 1, 45, 128)), values(rng, (1, 1, 45, 128))
     mask = values(rng, (1, 1, 20, 45))
     desc = SdpaDesc(MemoryDesc(q.shape), MemoryDesc(k.shape), MemoryDesc(v.shape), mask=MemoryDesc(mask.shape),
                     causal="top_left")
     primitive = await engine.create_primitive(desc)
-    assert primitive.impl.startswith("ocl:sdpa:wg:")
+    assert primitive.impl.startswith("ocl:sdpa:flash:q32:")
     got = await run(engine, desc, {"query": q, "key": k, "value": v, "mask": mask}, primitive)
     check(got, sdpa.reference(q, k, v, mask=mask, causal="top_left"))

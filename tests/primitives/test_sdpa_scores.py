@@ -77,9 +77,10 @@ CASES = {
 # The GPU kernels once per option (compiles dominate this file's time on a cold cache: 8-25 s per
 # forced GPU build). The split kernel: Select either way round (fill_if), before the scale with an
 # additive mask, soft-capping with stats, a causal fill on rows that see no key; its causal mask
-# without a fill and with an additive mask is test_sdpa.py's causal_with_mask.
+# without a fill and with an additive mask is test_sdpa.py's causal_with_mask. The flash kernel
+# (plain scores): statistics under a causal mask and an additive one (stats_causal).
 GPU_CASES = ("select_before_scale_then_mask", "select_fill_if_true_keys_only", "softcap_then_select",
-             "causal_fill_bottom_right_short_kv")
+             "causal_fill_bottom_right_short_kv", "stats_causal")
 NARROW_CASES = ("select_before_scale_then_mask", "softcap_then_select", "causal_fill_top_left")
 RUNS = [("device_config", case) for case in CASES] + [("forced_gpu_config", case) for case in GPU_CASES] + [
     ("narrow_gpu_config", case) for case in NARROW_CASES]
@@ -126,10 +127,11 @@ async def test_matches_reference(engine, rng, config, case):
             arrays["value"].mean(axis=-2, keepdims=True), got["dst"][..., :16, :].shape), rtol=1e-5, atol=1e-5)
 
 
-# The run-time offset replaces the constant diagonal in the same generated line, so one GPU kernel
-# (the narrow one) stands for both.
+# The run-time offset replaces the constant diagonal in the same generated line, so one kernel of
+# each GPU generator stands for the split and one-row kernels (the narrow one) and the flash
+# kernel (the forced GPU configuration).
 @pytest.mark.parametrize("config, add, sub", [
-    ("device_config", 5, 2), ("narrow_gpu_config", 5, 2),
+    ("device_config", 5, 2), ("narrow_gpu_config", 5, 2), ("forced_gpu_config", 5, 2),
     ("device_config", None, 4), ("device_config", 1, None)])
 async def test_bottom_right_offset_at_run_time(engine, rng, config, add, sub):
     """Host-scalar Add/Subtract on the row index: kv > q + add - sub is filled."""
