@@ -73,6 +73,7 @@ def describe_device(device: cl.Device) -> dict:
         "queue_properties": int(device.queue_properties),
         "single_fp_config": int(device.single_fp_config),
         "extensions": tuple(sorted(device.extensions.split())),
+        "native_vector_width": int(device.native_vector_width_float),
     }
 
 

@@ -34,20 +34,30 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 
 from .._values._convolution_desc import ConvolutionDesc
 from .._values._convolution_desc import out_size as out_size
-from . import _dtype_io, _post_ops, convolution_gemm, tolerance
+from .._values._matmul_desc import MatmulDesc
+from .._values._memory_desc import MemoryDesc
+from . import _dtype_io, _post_ops, convolution_gemm, matmul, tolerance
 from ._post_ops import generate_scaled
 from ._quantized_io import centered, quantized_value
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, padded_global
 
 
-def channel_block(config: KernelConfig, ocg: int) -> int:
-    """Output channels per work-item: up to 16 on the CPU (vector) configuration, 4 on GPUs."""
-    cap = 16 if config.vector_width >= 16 else 4
+def channel_block(config: KernelConfig, ocg: int, positions_contiguous: bool = True) -> int:
+    """Output channels per work-item: up to 16 on the CPU (vector) configuration, 4 on GPUs.
+    PoCL runs a work-group of 16 as float16 lanes, so each channel's accumulator is a float16:
+    where that takes two registers (AVX2), NARROW_CHANNELS, unless neighbouring positions are
+    not neighbours in src (NHWC), where each src gather is dear and serves more channels.
+    Measured on PoCL (2-core AMD EPYC, AVX2; ResNet-50 layers, batch 1, ms, 16 -> 6 channels):
+    NCHW res4 1x1 26.6 -> 6.1, res5 3x3 22.7 -> 11.9; NHWC res2 3x3 6.6 -> 15.3, res5 3x3
+    16.3 -> 33.2."""
+    narrow = config.native_vector_width < 16 and positions_contiguous
+    cap = (NARROW_CHANNELS if narrow else 16) if config.vector_width >= 16 else 4
     return max(1, min(cap, ocg))
 
 
@@ -55,10 +65,64 @@ def generate(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec:
     """The kernel of ``desc`` for ``config``; ``output_scale`` reaches ``_direct`` as a leading
     ``linear`` post-op (``_post_ops.generate_scaled``)."""
     desc.check_supported()
+    if config.vector_width >= 16:
+        spec = pointwise_as_matmul(desc, config)
+        if spec is not None:
+            return spec
     if convolution_gemm.applies(desc, config):
         return generate_scaled(lambda chain: convolution_gemm.implicit_gemm(desc, chain, config),
                                desc.post_ops, desc.output_scale)
     return generate_scaled(lambda chain: _direct(desc, chain, config), desc.post_ops, desc.output_scale)
+
+
+def _rows_view(md: MemoryDesc) -> MemoryDesc | None:
+    """``md`` (N, C, spatial…) seen as (N, P, C), P the positions flattened, or None where the
+    spatial dims do not flatten into one stride (a broadcast one, stride 0 everywhere, does)."""
+    dims, strides = md.dims, md.strides
+    sp = [(d, st) for d, st in zip(dims[2:], strides[2:]) if d > 1]
+    positions = math.prod(dims[2:])
+    if not sp:
+        step = 0
+    else:
+        step = sp[-1][1]
+        for (_, outer), (inner_dim, inner) in zip(sp, sp[1:]):
+            if outer != inner * inner_dim:
+                return None
+    return MemoryDesc((dims[0], positions, dims[1]), md.dtype, (strides[0], step, strides[1]))
+
+
+def pointwise_as_matmul(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec | None:
+    """A 1x1 convolution at stride 1 without padding or groups is a matmul per image: (positions
+    x IC) by (IC x OC). On the CPU configuration it takes ``matmul``'s register-blocked kernel
+    (the weights copied once per panel, src broadcast per row) in any layout where the positions
+    flatten, with bias, post-ops and the output scale as the matmul's; None where it does not
+    apply. Measured on PoCL (2-core AMD EPYC, AVX2; ``bench_sweep.py --engine cpu:0 --family
+    conv``) against the per-position direct kernel: see BENCHMARKS.md §13."""
+    if (desc.groups != 1 or any(k != 1 for k in desc.weights.dims[2:]) or any(s != 1 for s in desc.strides)
+            or any(desc.padding_l) or any(desc.padding_r)
+            or desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None):
+        return None
+    src, dst = _rows_view(desc.src), _rows_view(desc.dst)
+    if src is None or dst is None:
+        return None
+    w = desc.weights
+    weights = MemoryDesc((w.dims[1], w.dims[0]), w.dtype, (w.strides[1], w.strides[0]))
+    post_ops = []
+    for op in desc.post_ops:
+        if op[0] == "binary":
+            pad = len(desc.dst.dims) - op[2].ndims
+            full = attrs.evolve(op[2], dims=(1,) * pad + op[2].dims, strides=(0,) * pad + op[2].strides)
+            # Positions are one axis of the matmul: an operand spans all of them or none.
+            if full.dims[2:] != desc.dst.dims[2:] and any(d != 1 for d in full.dims[2:]):
+                return None
+            operand = _rows_view(full)
+            if operand is None:
+                return None
+            op = (op[0], op[1], operand, *op[3:])
+        post_ops.append(op)
+    matmul_desc = MatmulDesc(src, weights, dst, desc.bias, post_ops=tuple(post_ops), output_scale=desc.output_scale)
+    spec = matmul.generate(matmul_desc, config)
+    return attrs.evolve(spec, impl="ocl:pointwise_matmul:" + spec.impl.removeprefix("ocl:"))
 
 
 def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
@@ -80,7 +144,7 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     isp = tuple(src_dims[2:])
     osp = tuple(dst_dims[2:])
     ocg = oc // groups
-    ocb = channel_block(config, ocg)
+    ocb = channel_block(config, ocg, positions_contiguous=src_strides[-1] == 1)
     nblk = math.ceil(ocg / ocb)
     npos = math.prod(osp)
     has_bias = bias_strides is not None
@@ -211,6 +275,9 @@ def _direct(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
 
 ROW_VECTOR = 16  # output positions along the innermost axis per work-item, one float16 lane each
 ROWS_TIMES_CHANNELS = 8  # rows x channels per work-item on the row-vector path: few channels take more rows
+# Channels (x rows) of float16 accumulators per work-item where a float16 takes two registers
+# (AVX2's 16): 12 registers, as the matmul's 6 x 16 block.
+NARROW_CHANNELS = 6
 
 
 def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_strides, strides, padding_l,
@@ -231,12 +298,13 @@ def _row_vector(*, nsp, n, icg, ocg, groups, ksz, isp, osp, ss, ws, ds, bias_str
     along the innermost axis (a per-channel operand).
     """
     tw = ROW_VECTOR
-    ocb = max(1, min(16, ocg))
+    narrow = config.native_vector_width < 16
+    ocb = max(1, min(NARROW_CHANNELS if narrow else 16, ocg))
     nblk = math.ceil(ocg / ocb)
     ow, iw, kw_n = osp[-1], isp[-1], ksz[-1]
     pw, dw = padding_l[-1], dilation[-1]
     nwb = math.ceil(ow / tw)
-    th = max(1, min(ROWS_TIMES_CHANNELS // ocb, osp[-2])) if nsp >= 2 else 1
+    th = max(1, min((NARROW_CHANNELS if narrow else ROWS_TIMES_CHANNELS) // ocb, osp[-2])) if nsp >= 2 else 1
     nhb = math.ceil(osp[-2] / th) if nsp >= 2 else 1
     outer = osp[:-2] + ((nhb,) if nsp >= 2 else ())
     nwork = math.prod(outer) * nwb

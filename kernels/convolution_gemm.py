@@ -321,7 +321,7 @@ def implicit_gemm(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) 
     channel_strides = {"a": geo.icg * geo.ss[1], "b": ocg * geo.ws[0], "d": ocg * ds[1]}
     col_strides = {"d": ds[1]}
     row_strides = {"d": ds}
-    if has_bias:
+    if desc.bias is not None:
         channel_strides["c"] = ocg * desc.bias.strides[0]
         col_strides["c"] = desc.bias.strides[0]
     for name, s in po_strides.items():

@@ -29,6 +29,7 @@ class DeviceInfo:
     # Built-ins take float16 arguments as float8 halves (PoCL 3.0 on AMD Zen 4: see
     # triodnn.kernels._float16_calls); probed at engine open, for CPU devices.
     splits_float16_calls: bool = False
+    native_vector_width: int = 16  # floats per SIMD register (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT)
 
 
 @attrs.frozen(cache_hash=True)

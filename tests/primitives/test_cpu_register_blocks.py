@@ -1,0 +1,95 @@
+"""CPU register blocks sized by the device's SIMD width (``KernelConfig.native_vector_width``), and
+1x1 convolutions run as matmuls (``convolution.pointwise_as_matmul``).
+
+The engine's configuration is forced to each width in turn (16: AVX-512 blocks; 8: AVX2 ones,
+where a float16 takes two registers), so both code shapes run whatever host runs the suite.
+Inputs are small integers: every f32 sum is exact, so results equal the references bit for bit.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from _sweeps import execute, ints
+
+from triodnn import MatmulDesc, MemoryDesc
+from triodnn._values._convolution_desc import ConvolutionDesc
+from triodnn.kernels import _post_ops, convolution, matmul, select_config
+
+
+@pytest.fixture(params=[16, 8], ids=["simd16", "simd8"])
+async def cpu_engine(request, engine):
+    """(engine, config) with the CPU kernel configuration at SIMD width ``param``."""
+    if engine._config.vector_width < 16:
+        pytest.skip("CPU-shaped kernels: the engine is not a CPU device")
+    engine._config = attrs.evolve(engine._config, native_vector_width=request.param)
+    return engine, engine._config
+
+
+def test_block_shapes_follow_the_simd_width():
+    wide, narrow = select_config("cpu", 4096, 1 << 20), select_config("cpu", 4096, 1 << 20, native_vector_width=8)
+    square = MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256)))
+    assert matmul.generate(square, wide).impl.startswith("ocl:regblock:6x64")
+    assert matmul.generate(square, narrow).impl.startswith("ocl:regblock:6x16")
+    nchw = ConvolutionDesc(MemoryDesc((1, 8, 9, 9)), MemoryDesc((17, 8, 3, 3)), padding_l=1)
+    nhwc = ConvolutionDesc(MemoryDesc((1, 8, 9, 9), strides="nhwc"), MemoryDesc((17, 8, 3, 3)), padding_l=1)
+    assert convolution.generate(nchw, wide).impl.startswith("ocl:direct:oc16")
+    assert convolution.generate(nchw, narrow).impl.startswith("ocl:direct:oc6")
+    assert convolution.generate(nhwc, narrow).impl.startswith("ocl:direct:oc16")  # gathers serve 16 channels
+
+
+# src dims, weights dims, bias dims
+MATMULS = {
+    "edges_bias": ((37, 70), (70, 45), (45,)),
+    "batch_broadcast": ((2, 3, 20, 33), (33, 17), None),
+    "skinny": ((8, 300), (300, 40), (1, 40)),
+}
+
+
+@pytest.mark.parametrize("case", list(MATMULS))
+async def test_matmul_exact(cpu_engine, rng, case):
+    engine, _ = cpu_engine
+    src_dims, wei_dims, bias_dims = MATMULS[case]
+    a, w = ints(rng, src_dims, bound=3), ints(rng, wei_dims, bound=3)
+    arrays = {"src": a, "weights": w}
+    if bias_dims is not None:
+        arrays["bias"] = ints(rng, bias_dims, bound=3)
+    chain = (("eltwise", "relu"), ("sum", 1.0))
+    desc = MatmulDesc(MemoryDesc(a.shape), MemoryDesc(w.shape), bias=None if bias_dims is None else MemoryDesc(bias_dims),
+                      post_ops=chain)
+    old = ints(rng, desc.dst.dims, bound=3)
+    got = await execute(engine, desc, arrays, dst_init=old)
+    np.testing.assert_array_equal(got, _post_ops.reference(chain, matmul.reference(a, w, arrays.get("bias")), old))
+
+
+# src dims, src layout, weights dims, weights layout, dst layout, geometry, impl prefix
+CONVOLUTIONS = {
+    "per_position_17_channels": ((2, 3, 7, 9), None, (17, 3, 3, 3), None, None, dict(padding_l=1), "ocl:direct:oc"),
+    "row_vector": ((1, 4, 6, 37), None, (7, 4, 3, 3), None, None, dict(padding_l=1), "ocl:direct:row16:"),
+    "pointwise_nchw_batch": ((2, 12, 5, 6), None, (20, 12, 1, 1), None, None, {}, "ocl:pointwise_matmul:"),
+    "pointwise_nhwc": ((2, 12, 5, 6), "nhwc", (20, 12, 1, 1), "hwio", "nhwc", {}, "ocl:pointwise_matmul:"),
+    "pointwise_3d": ((1, 8, 2, 3, 5), None, (9, 8, 1, 1, 1), None, None, {}, "ocl:pointwise_matmul:"),
+    # an operand varying along W only cannot be a matmul operand (positions are one axis)
+    "pointwise_operand_along_w": ((1, 8, 4, 6), None, (9, 8, 1, 1), None, None, {}, "ocl:direct:"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVOLUTIONS))
+async def test_convolution_exact(cpu_engine, rng, case):
+    """Bias, an output scale, sum, relu and a binary operand (per channel, or along W)."""
+    engine, config = cpu_engine
+    src_dims, src_layout, w_dims, w_layout, dst_layout, geo, impl = CONVOLUTIONS[case]
+    nsp = len(src_dims) - 2
+    operand_dims = (6,) if case == "pointwise_operand_along_w" else (1, w_dims[0]) + (1,) * nsp
+    chain = (("sum", 1.0), ("binary", "add", MemoryDesc(operand_dims)), ("eltwise", "relu"))
+    shape = ConvolutionDesc(MemoryDesc(src_dims), MemoryDesc(w_dims), **geo).dst.dims
+    desc = ConvolutionDesc(MemoryDesc(src_dims, strides=src_layout), MemoryDesc(w_dims, strides=w_layout),
+                           MemoryDesc(shape, strides=dst_layout), MemoryDesc((w_dims[0],)), **geo,
+                           post_ops=chain, output_scale=2.0)
+    assert convolution.generate(desc, config).impl.startswith(impl)
+    arrays = {"src": ints(rng, src_dims, bound=3), "weights": ints(rng, w_dims, bound=3),
+              "bias": ints(rng, (w_dims[0],), bound=3), "post_op_1_src1": ints(rng, operand_dims, bound=3)}
+    old = ints(rng, shape, bound=3)
+    got = await execute(engine, desc, arrays, dst_init=old)
+    np.testing.assert_array_equal(got, convolution.desc_reference(desc, arrays | {"dst": old}))
