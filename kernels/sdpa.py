@@ -69,13 +69,20 @@ from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code
 # 0.33 / 2.9 ms, (2, 16, 4) 0.41 / 3.7 ms (spills), (4, 4, 2) 0.36 / 2.9 ms. Rows as lanes: one
 # vector of 16 rows where Sq <= 16, so that short queries do not compute 32 lanes.
 CPU_SHAPES = {1: (16, 8), 2: (8, 4)}  # rv -> (keys per block, Dv columns per group)
+# Where a float16 takes two registers (AVX2: ``KernelConfig.native_vector_width`` 8), one row
+# vector, 6 keys per block, 4 Dv columns per group. PoCL on a 2-core AMD EPYC with AVX2, causal
+# 1x8x512, d = 64 / 128, ms (a side script patching the shape per build, best of 4): (2; 8, 4)
+# 6.1 / 10.2, (1; 16, 8) 4.3 / 8.4, (1; 8, 4) 5.6 / 6.3, (1; 4, 4) 2.6 / 5.3, (1; 6, 4) 2.4-2.6
+# / 5.0-5.3, (1; 6, 2) 2.3 / 4.9, (1; 6, 6) 2.8 / 9.3, (2; 4, 4) 5.0 / 9.8.
+CPU_SHAPES_NARROW = {1: (6, 4)}
 
 
-def cpu_row_vectors(sq: int, d: int, dv: int, local_memory: int) -> int:
-    """Float16 vectors of query rows per work-item: 2, or 1 where Sq <= 16 or where two would
-    not fit ``local_memory`` (Q^T and O take 64 bytes per row vector and column); 0 where not
-    even one fits, and the GPU kernels take the problem."""
-    rv = 1 if sq <= 16 else 2
+def cpu_row_vectors(sq: int, d: int, dv: int, local_memory: int, native_vector_width: int = 16) -> int:
+    """Float16 vectors of query rows per work-item: 2, or 1 where Sq <= 16, where a float16 takes
+    two registers (``CPU_SHAPES_NARROW``) or where two would not fit ``local_memory`` (Q^T and O
+    take 64 bytes per row vector and column); 0 where not even one fits, and the GPU kernels take
+    the problem."""
+    rv = 1 if sq <= 16 or native_vector_width < 16 else 2
     while rv > 0 and 64 * rv * (d + dv) > local_memory:
         rv -= 1
     return rv
@@ -360,9 +367,10 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     if config.vector_width >= 16 and plain and rowdot_applies(sq, d, dv, sa):
         return _cpu_rowdot_generate(**common)
     if config.vector_width >= 16:
-        rv = cpu_row_vectors(sq, d, dv, config.local_memory)
+        rv = cpu_row_vectors(sq, d, dv, config.local_memory, config.native_vector_width)
         if rv:
-            return _cpu_generate(rv=rv, local_memory=config.local_memory, **common)
+            shape = (CPU_SHAPES_NARROW if config.native_vector_width < 16 else CPU_SHAPES)[rv]
+            return _cpu_generate(rv=rv, shape=shape, local_memory=config.local_memory, **common)
     flash = sdpa_flash.flash_shape(desc, config)
     if flash is not None:
         return sdpa_flash.generate(shape=flash, **common)
@@ -395,10 +403,10 @@ def _tree(lines: list[str], names: list[str], combine: str, prefix: str) -> str:
     return level[0]
 
 
-def _cpu_generate(*, rv, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
+def _cpu_generate(*, rv, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code, offset,
                   dtypes, signature, functions, args, softcap, select, causal_fill, stats, ops,
                   local_memory) -> KernelSpec:
-    bk, ge = CPU_SHAPES[rv]
+    bk, ge = shape
     rb = 16 * rv  # query rows per work-item: rv float16 vectors, one row per lane
     qt, kt, vt, dt = (dtypes[n] for n in ("query", "key", "value", "dst"))
     load, store = _dtype_io.load, _dtype_io.store
@@ -898,7 +906,8 @@ def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig, *, pro
     and leaves most of the device idle on short queries. H100, ``bench_graph.py --engine
     gpu:0``, wall time per run fused / op by op at D = 256: gemma2 3458 / 228 µs, codegemma
     2818 / 257, MHA-GPT 706 / 231; with the split kernel (D = 64) 1.2-3.0x faster fused."""
-    if config.vector_width != 1 and not (probs_quantized and not cpu_row_vectors(sq, d, dv, config.local_memory)):
+    if config.vector_width != 1 and not (
+            probs_quantized and not cpu_row_vectors(sq, d, dv, config.local_memory, config.native_vector_width)):
         return True
     # Quantized probabilities take the two-pass kernels only: the CPU one (above) or the split one.
     return gpu_split_shape(sq, skv, d, dv, config) is not None

@@ -1,5 +1,6 @@
-"""CPU register blocks sized by the device's SIMD width (``KernelConfig.native_vector_width``), and
-1x1 convolutions run as matmuls (``convolution.pointwise_as_matmul``).
+"""CPU register blocks sized by the device's SIMD width (``KernelConfig.native_vector_width``: the
+matmul micro-tile, the direct convolution's channel block, the attention's row vectors and key
+blocks), and 1x1 convolutions run as matmuls (``convolution.pointwise_as_matmul``).
 
 The engine's configuration is forced to each width in turn (16: AVX-512 blocks; 8: AVX2 ones,
 where a float16 takes two registers), so both code shapes run whatever host runs the suite.
@@ -15,7 +16,8 @@ from _sweeps import execute, ints
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn._values._convolution_desc import ConvolutionDesc
-from triodnn.kernels import _post_ops, convolution, matmul, select_config
+from triodnn._values._sdpa_desc import SdpaDesc
+from triodnn.kernels import _post_ops, convolution, matmul, sdpa, select_config, tolerance
 
 
 @pytest.fixture(params=[16, 8], ids=["simd16", "simd8"])
@@ -93,3 +95,18 @@ async def test_convolution_exact(cpu_engine, rng, case):
     old = ints(rng, shape, bound=3)
     got = await execute(engine, desc, arrays, dst_init=old)
     np.testing.assert_array_equal(got, convolution.desc_reference(desc, arrays | {"dst": old}))
+
+
+async def test_sdpa_row_vectors(cpu_engine, rng):
+    """Two row vectors of 8 keys per block at SIMD width 16, one of 6 at width 8: a causal mask
+    and an additive one, several key blocks with an edge."""
+    engine, config = cpu_engine
+    q, k, v = (rng.standard_normal((1, 2, 40, 16)).astype(np.float32) for _ in range(3))
+    mask = rng.standard_normal((1, 1, 40, 40)).astype(np.float32)
+    desc = SdpaDesc(MemoryDesc(q.shape), MemoryDesc(k.shape), MemoryDesc(v.shape), mask=MemoryDesc(mask.shape),
+                    causal="top_left")
+    primitive = await engine.create_primitive(desc)
+    assert primitive.impl.startswith("ocl:sdpa:rowlanes:q32x8:" if config.native_vector_width == 16
+                                     else "ocl:sdpa:rowlanes:q16x6:")
+    got = await execute(engine, desc, {"query": q, "key": k, "value": v, "mask": mask}, primitive=primitive)
+    tolerance.check(got, sdpa.reference(q, k, v, mask=mask, causal="top_left"), 1e-5)
