@@ -41,7 +41,7 @@ from .._values._convolution_desc import ConvolutionDesc
 from .._values._convolution_desc import out_size as out_size
 from .._values._matmul_desc import MatmulDesc
 from .._values._memory_desc import MemoryDesc
-from . import _dtype_io, _post_ops, convolution_gemm, matmul, tolerance
+from . import _dtype_io, _post_ops, convolution_cpu, convolution_gemm, matmul, tolerance
 from ._post_ops import generate_scaled
 from ._quantized_io import centered, quantized_value
 from ._registry import register
@@ -69,6 +69,9 @@ def generate(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec:
         spec = pointwise_as_matmul(desc, config)
         if spec is not None:
             return spec
+        if convolution_cpu.applies(desc, config):
+            return generate_scaled(lambda chain: convolution_cpu.blocked(desc, chain, config),
+                                   desc.post_ops, desc.output_scale)
     if convolution_gemm.applies(desc, config):
         return generate_scaled(lambda chain: convolution_gemm.implicit_gemm(desc, chain, config),
                                desc.post_ops, desc.output_scale)

@@ -65,8 +65,17 @@ async def test_matmul_exact(cpu_engine, rng, case):
     np.testing.assert_array_equal(got, _post_ops.reference(chain, matmul.reference(a, w, arrays.get("bias")), old))
 
 
-# src dims, src layout, weights dims, weights layout, dst layout, geometry, impl prefix
+# src dims, src layout, weights dims, weights layout, dst layout, geometry, impl prefix (or one per
+# SIMD width)
 CONVOLUTIONS = {
+    # NHWC 3x3: at width 8 positions x 16 channels per work-item (convolution_cpu), a channel block
+    # past OC (20), the last block of each row shifted back (W 9 = 6 + 3).
+    "nhwc_3x3_edges": ((2, 8, 7, 9), "nhwc", (20, 8, 3, 3), "hwio", "nhwc", dict(padding_l=1),
+                       {16: "ocl:direct:oc16", 8: "ocl:nhwc_blocked:w6xc16"}),
+    # NDHWC at stride 2 with dilation, rows shorter than a block (W 4 -> blocks of 4).
+    "ndhwc_strided_dilated": ((1, 4, 5, 6, 8), "ndhwc", (16, 4, 2, 3, 3), "dhwio", "ndhwc",
+                              dict(strides=(1, 2, 2), padding_l=(0, 1, 2), dilation=(2, 1, 2)),
+                              {16: "ocl:direct:oc16", 8: "ocl:nhwc_blocked:w4xc16"}),
     "per_position_17_channels": ((2, 3, 7, 9), None, (17, 3, 3, 3), None, None, dict(padding_l=1), "ocl:direct:oc"),
     "row_vector": ((1, 4, 6, 37), None, (7, 4, 3, 3), None, None, dict(padding_l=1), "ocl:direct:row16:"),
     "pointwise_nchw_batch": ((2, 12, 5, 6), None, (20, 12, 1, 1), None, None, {}, "ocl:pointwise_matmul:"),
@@ -89,6 +98,7 @@ async def test_convolution_exact(cpu_engine, rng, case):
     desc = ConvolutionDesc(MemoryDesc(src_dims, strides=src_layout), MemoryDesc(w_dims, strides=w_layout),
                            MemoryDesc(shape, strides=dst_layout), MemoryDesc((w_dims[0],)), **geo,
                            post_ops=chain, output_scale=2.0)
+    impl = impl[config.native_vector_width] if isinstance(impl, dict) else impl
     assert convolution.generate(desc, config).impl.startswith(impl)
     arrays = {"src": ints(rng, src_dims, bound=3), "weights": ints(rng, w_dims, bound=3),
               "bias": ints(rng, (w_dims[0],), bound=3), "post_op_1_src1": ints(rng, operand_dims, bound=3)}

@@ -1,0 +1,178 @@
+"""Convolution forward on CPUs whose SIMD registers hold 8 floats (AVX2), channels-last: each
+work-item a block of TM output positions along the innermost spatial axis by 16 output channels,
+TM float16 accumulators (2 x TM registers), walking (tap, input channel): one float16 of weights
+(16 output channels, contiguous in HWIO-like weights) and TM broadcast src values per step.
+
+This is an implicit GEMM's micro-kernel without packing: src channels are contiguous (NHWC), so
+a tap's inner loop over input channels reads TM rows of consecutive floats, and the weights of a
+tap (ICg x 16 floats) stay in L1/L2 across the work-items of a channel block. Interior positions
+(every tap inside the image) run a loop without bounds selects; the edges select zero.
+
+Why: on the 2-core AVX2 VM the per-position direct kernel (``convolution._direct``) ran NHWC 3x3
+layers at 0.22-0.47x torch CPU (BENCHMARKS.md §13): each of its lanes gathers src C floats apart.
+Only where ``KernelConfig.native_vector_width`` < 16: the AVX-512 shapes of the direct kernels
+were tuned on such a host and this one was not measured there.
+
+The last block of a row is shifted back to end at the row's end; it stores only the positions
+the block before did not (a sum post-op reads each old dst value once). An output-channel block
+past OC loads and stores lane by lane.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .._values._convolution_desc import ConvolutionDesc
+from . import _dtype_io, _post_ops
+from ._spec import KernelConfig, KernelSpec
+
+TM = 6  # positions per work-item: 6 float16 accumulators, 12 of AVX2's 16 registers
+LANES = 16
+
+_PRELUDE = (
+    "typedef float16 __attribute__((aligned(4))) cv_float16u;\n"  # unaligned float16 access
+    "static float16 cv_wide(const float16 x) { return x; }\n"
+)
+
+
+def applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
+    """CPU shape on an 8-float SIMD device, f32 everywhere, channels contiguous in src and dst,
+    output channels contiguous in the weights, one group of 16+ output channels, no quantization."""
+    if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
+        return False
+    f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
+    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and desc.groups == 1
+            and desc.src.strides[1] == 1 and desc.dst.strides[1] == 1 and desc.weights.strides[0] == 1
+            and desc.weights.dims[0] >= LANES)
+
+
+def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    """The kernel of ``desc`` (``applies`` said yes) with the chain ``post_ops`` (the output scale
+    leading, as ``_post_ops.generate_scaled`` hands it)."""
+    nsp = len(desc.src.dims) - 2
+    axes = "dhw"[3 - nsp:]
+    ss, ws, ds = desc.src.strides, desc.weights.strides, desc.dst.strides
+    isp, osp, ksz = desc.src.dims[2:], desc.dst.dims[2:], desc.weights.dims[2:]
+    n, oc, ic = desc.src.dims[0], desc.weights.dims[0], desc.weights.dims[1]
+    strides, pad, dil = desc.strides, desc.padding_l, desc.dilation
+    has_bias = desc.bias is not None
+    bias_step = desc.bias.strides[0] if desc.bias is not None else 0
+    ow_n, iw_n = osp[-1], isp[-1]
+    tm = min(TM, ow_n)
+    nwb = math.ceil(ow_n / tm)
+    outer = osp[:-1]
+    nwork = n * math.prod(outer) * nwb
+    ncb = math.ceil(oc / LANES)
+    po_strides = _post_ops.operand_strides(post_ops, len(desc.dst.dims))
+
+    # Work-item -> (image, outer positions, block along the innermost axis). (Not ``b``: the
+    # post-ops' binary step declares ``a`` and ``b``, and an operand's offset is read in the
+    # initializer of that ``b``.)
+    pos = ["ulong r = p;", f"const ulong wb = r % {nwb}UL; r /= {nwb}UL;"]
+    for i in reversed(range(nsp - 1)):
+        pos.append(f"const long o{axes[i]} = (long)(r % {osp[i]}UL); r /= {osp[i]}UL;")
+    pos.append("const ulong img = r;")
+    pos.append(f"const long ow0 = (long)wb * {tm}L < {ow_n - tm}L ? (long)wb * {tm}L : {ow_n - tm}L;")
+
+    # Taps of the outer axes: a tap in the padding is skipped for the whole block.
+    loops, indent = [], "    "
+    src_outer = f"img * {ss[0]}UL"
+    wei_outer = []
+    for i, a in enumerate(axes[:-1]):
+        loops.append(f"{indent}for (long k{a} = 0; k{a} < {ksz[i]}L; ++k{a}) {{")
+        indent += "    "
+        loops.append(f"{indent}const long i{a} = o{a} * {strides[i]}L - {pad[i]}L + k{a} * {dil[i]}L;")
+        loops.append(f"{indent}if (i{a} < 0 || i{a} >= {isp[i]}L) continue;")
+        src_outer += f" + (ulong)i{a} * {ss[2 + i]}UL"
+        wei_outer.append(f"(ulong)k{a} * {ws[2 + i]}UL")
+    sw, pw, dw, kw_n = strides[-1], pad[-1], dil[-1], ksz[-1]
+    body = [f"{indent}for (long kw = 0; kw < {kw_n}L; ++kw) {{"]
+    ind2 = indent + "    "
+    for i in range(tm):
+        body.append(f"{ind2}const long iw{i} = (ow0 + {i}L) * {sw}L - {pw}L + kw * {dw}L;")
+        body.append(f"{ind2}const int v{i} = iw{i} >= 0 && iw{i} < {iw_n}L;")
+        body.append(f"{ind2}__global const float* const s{i} = src + {src_outer} + (ulong)(v{i} ? iw{i} : 0L) * {ss[-1]}UL;")
+    wbase = " + ".join(wei_outer + [f"(ulong)kw * {ws[-1]}UL", "oc0"])
+    body.append(f"{ind2}__global const float* const wt = wei + {wbase};")
+
+    def ic_loop(checked: bool, full: bool) -> str:
+        if full:
+            wload = f"const float16 w = *(__global const cv_float16u*)(wt + c * {ws[1]}UL);"
+        else:
+            wload = "const float16 w = (float16)(" + ", ".join(
+                f"(oc0 + {lane}UL < {oc}UL) ? wt[c * {ws[1]}UL + {lane}UL] : 0.0f" for lane in range(LANES)) + ");"
+        fmas = " ".join(
+            f"acc{i} += (float16)({f'v{i} ? s{i}[c] : 0.0f' if checked else f's{i}[c]'}) * w;" for i in range(tm))
+        return f"for (ulong c = 0; c < {ic}UL; ++c) {{ {wload} {fmas} }}"
+
+    all_valid = " && ".join(f"v{i}" for i in range(tm))
+
+    def k_loops(full: bool) -> str:
+        lines = list(loops) + body
+        lines.append(f"{ind2}if ({all_valid}) {{ {ic_loop(False, full)} }} else {{ {ic_loop(True, full)} }}")
+        lines.append(f"{indent}}}")
+        for depth in range(len(axes) - 1):
+            lines.append(" " * (4 + 4 * (len(axes) - 2 - depth)) + "}")
+        return "\n".join(lines)
+
+    # Epilogue per position i: acc + bias, post-ops on the float16, the store.
+    def lanes(ptr: str, base: str, step: int, full: bool) -> str:
+        """float16 of the 16 channels from ``base`` at channel stride ``step``."""
+        if step == 0:
+            return f"((float16)({ptr}[{base}]))"
+        if full and step == 1:
+            return f"(*(__global const cv_float16u*)({ptr} + {base}))"
+        return "(float16)(" + ", ".join(
+            f"(oc0 + {lane}UL < {oc}UL) ? {ptr}[{base} + {lane * step}UL] : 0.0f" for lane in range(LANES)) + ")"
+
+    def position(i: int, full: bool) -> str:
+        ow = f"(ulong)(ow0 + {i}L)"
+        dst_off = (f"img * {ds[0]}UL + oc0 * {ds[1]}UL"
+                   + "".join(f" + (ulong)o{a} * {ds[2 + j]}UL" for j, a in enumerate(axes[:-1]))
+                   + f" + {ow} * {ds[-1]}UL")
+
+        def operand(name: str) -> str:
+            s = po_strides[name]
+            off = (f"img * {s[0]}UL + oc0 * {s[1]}UL"
+                   + "".join(f" + (ulong)o{a} * {s[2 + j]}UL" for j, a in enumerate(axes[:-1]) if s[2 + j])
+                   + (f" + {ow} * {s[-1]}UL" if s[-1] else ""))
+            return lanes(name, off, s[1], full)
+        value = f"acc{i}" + (f" + {lanes('bias', f'oc0 * {bias_step}UL', bias_step, full)}" if has_bias else "")
+        post = _post_ops.apply(post_ops, "r", "float16", lanes("dst", dst_off, 1, full), operand)
+        if full:
+            out = f"*(__global cv_float16u*)(dst + {dst_off}) = r;"
+        else:
+            out = " ".join(f"if (oc0 + {lane}UL < {oc}UL) dst[{dst_off} + {lane}UL] = r.s{lane:x};" for lane in range(LANES))
+        return f"if (ow0 + {i}L >= (long)wb * {tm}L) {{ float16 r = {value}; {post} {out} }}"
+
+    def block(full: bool) -> str:
+        zero = " ".join(f"acc{i} = (float16)(0.0f);" for i in range(tm))
+        return f"""{{
+    {zero}
+{k_loops(full)}
+    {chr(10).join("    " + position(i, full) for i in range(tm)).strip()}
+    }}"""
+
+    bias_param = f" {_dtype_io.param('f32', 'bias', const=True)}," if has_bias else ""
+    source = (_post_ops.functions(post_ops, ("float", "float16")) + _PRELUDE
+              + f"""__kernel void convolution_fwd(__global const float* restrict src,
+                              __global const float* restrict wei,{bias_param}{_post_ops.params(post_ops)}
+                              __global float* restrict dst) {{
+    const ulong p = get_global_id(0), cb = get_global_id(1);
+    if (p >= {nwork}UL || cb >= {ncb}UL) return;
+    {chr(10).join("    " + line for line in pos).strip()}
+    const ulong oc0 = cb * {LANES}UL;
+    float16 {", ".join(f"acc{i}" for i in range(tm))};
+    acc0 = cv_wide((float16)(0.0f));
+    if (oc0 + {LANES}UL <= {oc}UL) {block(True)} else {block(False)}
+}}
+""")
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + tuple(po_strides) + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="convolution_fwd",
+        arg_names=args,
+        global_size=(nwork, ncb),
+        local_size=(1, 1),
+        impl=f"ocl:nhwc_blocked:w{tm}xc{LANES}:l1x1",
+    )
