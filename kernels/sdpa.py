@@ -369,8 +369,8 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     if config.vector_width >= 16:
         rv = cpu_row_vectors(sq, d, dv, config.local_memory, config.native_vector_width)
         if rv:
-            shape = (CPU_SHAPES_NARROW if config.native_vector_width < 16 else CPU_SHAPES)[rv]
-            return _cpu_generate(rv=rv, shape=shape, local_memory=config.local_memory, **common)
+            blocks = (CPU_SHAPES_NARROW if config.native_vector_width < 16 else CPU_SHAPES)[rv]
+            return _cpu_generate(rv=rv, shape=blocks, local_memory=config.local_memory, **common)
     flash = sdpa_flash.flash_shape(desc, config)
     if flash is not None:
         return sdpa_flash.generate(shape=flash, **common)
