@@ -1,7 +1,9 @@
 """Convolution forward on CPUs whose SIMD registers hold 8 floats (AVX2), channels-last: each
 work-item a block of TM output positions along the innermost spatial axis by 16 output channels,
 TM float16 accumulators (2 x TM registers), walking (tap, input channel): one float16 of weights
-(16 output channels, contiguous in HWIO-like weights) and TM broadcast src values per step.
+(16 output channels, contiguous in HWIO-like weights) and TM broadcast src values per step. A
+depthwise convolution (one channel per group) walks the taps only, its src a float16 of the same
+16 channels per position.
 
 This is an implicit GEMM's micro-kernel without packing: src channels are contiguous (NHWC), so
 a tap's inner loop over input channels reads TM rows of consecutive floats, and the weights of a
@@ -37,11 +39,14 @@ _PRELUDE = (
 
 def applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
     """CPU shape on an 8-float SIMD device, f32 everywhere, channels contiguous in src and dst,
-    output channels contiguous in the weights, one group of 16+ output channels, no quantization."""
+    output channels contiguous in the weights, 16+ output channels in one group or depthwise (one
+    channel per group), no quantization."""
     if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
         return False
     f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
-    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and desc.groups == 1
+    depthwise = desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
+    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32
+            and (desc.groups == 1 or depthwise)
             and desc.src.strides[1] == 1 and desc.dst.strides[1] == 1 and desc.weights.strides[0] == 1
             and desc.weights.dims[0] >= LANES)
 
@@ -95,7 +100,21 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     wbase = " + ".join(wei_outer + [f"(ulong)kw * {ws[-1]}UL", "oc0"])
     body.append(f"{ind2}__global const float* const wt = wei + {wbase};")
 
+    depthwise = desc.groups > 1
+
     def ic_loop(checked: bool, full: bool) -> str:
+        if depthwise:  # one input channel per output channel: src is a float16 of the 16 channels
+            w = "*(__global const cv_float16u*)wt" if full else "(float16)(" + ", ".join(
+                f"(oc0 + {lane}UL < {oc}UL) ? wt[{lane}UL] : 0.0f" for lane in range(LANES)) + ")"
+
+            def x(i: int) -> str:
+                if full:
+                    return f"*(__global const cv_float16u*)(s{i} + oc0)"
+                return "(float16)(" + ", ".join(
+                    f"(oc0 + {lane}UL < {oc}UL) ? s{i}[oc0 + {lane}UL] : 0.0f" for lane in range(LANES)) + ")"
+            fmas = " ".join(f"acc{i} += {f'(v{i} ? {x(i)} : (float16)(0.0f))' if checked else x(i)} * w;"
+                            for i in range(tm))
+            return f"{{ const float16 w = {w}; {fmas} }}"
         if full:
             wload = f"const float16 w = *(__global const cv_float16u*)(wt + c * {ws[1]}UL);"
         else:
@@ -174,5 +193,5 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         arg_names=args,
         global_size=(nwork, ncb),
         local_size=(1, 1),
-        impl=f"ocl:nhwc_blocked:w{tm}xc{LANES}:l1x1",
+        impl=f"ocl:nhwc_blocked:w{tm}xc{LANES}{':dw' if depthwise else ''}:l1x1",
     )

@@ -72,6 +72,9 @@ CONVOLUTIONS = {
     # past OC (20), the last block of each row shifted back (W 9 = 6 + 3).
     "nhwc_3x3_edges": ((2, 8, 7, 9), "nhwc", (20, 8, 3, 3), "hwio", "nhwc", dict(padding_l=1),
                        {16: "ocl:direct:oc16", 8: "ocl:nhwc_blocked:w6xc16"}),
+    # Depthwise NHWC (20 channels: a block past them), stride 2: src read as 16 channels at once.
+    "depthwise_nhwc": ((2, 20, 9, 14), "nhwc", (20, 1, 3, 3), "hwio", "nhwc", dict(strides=2, padding_l=1, groups=20),
+                       {16: "ocl:direct:oc1", 8: "ocl:nhwc_blocked:w6xc16:dw"}),
     # NDHWC at stride 2 with dilation, rows shorter than a block (W 4 -> blocks of 4).
     "ndhwc_strided_dilated": ((1, 4, 5, 6, 8), "ndhwc", (16, 4, 2, 3, 3), "dhwio", "ndhwc",
                               dict(strides=(1, 2, 2), padding_l=(0, 1, 2), dilation=(2, 1, 2)),
