@@ -20,7 +20,8 @@ and ``p @ V`` to ``O``; at the end ``dst = O / l``. A row still at ``m = -inf`` 
 Shapes of the same algorithm:
 
 * CPU (``vector_width >= 16``, PoCL): work-groups of one work-item, no barriers (on PoCL they
-  spill the accumulators). A work-item owns 32 query rows (16 where Sq <= 16) of one batch index,
+  spill the accumulators). A work-item owns 32 query rows (16 where Sq <= 16, or where a float16
+  takes two registers: ``CPU_SHAPES_NARROW``) of one batch index,
   and the vector lanes are those rows: Q is transposed once into ``__local`` memory (a float16 of
   16 rows per head-dim index), so the scores of a block of keys are float16 accumulators, one per
   key, each FMA taking a K element as a broadcast (AVX-512 embedded broadcast: any K layout, K^T
@@ -34,7 +35,11 @@ Shapes of the same algorithm:
   5%.
 * CPU, short queries (Sq <= 4, decoding; ``ocl:sdpa:rowdot``): one work-item per query row,
   the head dims (or, for a K^T layout, 16 keys) as lanes; see ``_cpu_rowdot_generate``.
-* GPU (``vector_width == 1``), split kernel (``ocl:sdpa:wgsplit``): one work-group of 256 per
+* GPU (``vector_width == 1``), plain scores (a scale, an additive mask, a causal mask filling
+  with -inf, statistics) on work-groups of 256 with head sizes up to 128: ``sdpa_flash``'s kernel
+  (``ocl:sdpa:flash``), both products register-blocked as flash attention 2 tiles them.
+* GPU, the other variants (soft-capping, Select masks, fill values, quantized operands or
+  probabilities, rounded scores), split kernel (``ocl:sdpa:wgsplit``): one work-group of 256 per
   (batch index, block of 16 query rows), 16 work-items per row. The work-group stages Q, then each
   tile of 64 K and V rows, in ``__local`` memory (rows padded so that float4 reads are free of bank
   conflicts); work-item t of a row takes keys t, t + 16, ... of each tile with its own online
