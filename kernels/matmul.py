@@ -86,9 +86,12 @@ def _cpu_tile(m: int, n: int, native_vector_width: int = 16) -> tuple[int, int]:
     accumulators in 12 registers, BLIS's Haswell block. Measured on PoCL, 2-core AMD EPYC with
     AVX2 (a side script patching ``_cpu_tile`` per build, best of 5, GFLOP/s at 1024^3 /
     2048^3): 6x64 54.5 / 55.4, 6x16 132 / 145, 5x16 - / 133, 4x16 138 / 128, 3x32 111 / 112,
-    8x16 74 / -, 4x32 69 / -, 2x64 65 / - (numpy 125 / 137)."""
+    8x16 74 / -, 4x32 69 / -, 2x64 65 / - (numpy 125 / 137). A few rows (M <= 3, matrix-vector
+    products, memory-bound) take wider panels, each work-item reading 128-256 contiguous bytes
+    of a weights row: 4096 x 4096 weights, ms, M = 1: 1x16 8.0, 1x32 3.8, 1x64 3.0 (numpy 2.3);
+    M = 2: 2x16 7.4, 2x32 4.5, 2x64 4.4 (numpy 6.2); M = 3: 3x16 7.4, 3x32 5.1 (numpy 6.9)."""
     if native_vector_width < 16:
-        return CPU_TM_NARROW, 16
+        return (m, 64) if m == 1 else (m, 32) if m <= 3 else (CPU_TM_NARROW, 16)
     if n >= CPU_TN and m > 8:
         return CPU_TM, CPU_TN
     return (8, 32) if n > 16 else (16, 16)

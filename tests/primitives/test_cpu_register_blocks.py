@@ -34,6 +34,8 @@ def test_block_shapes_follow_the_simd_width():
     square = MatmulDesc(MemoryDesc((256, 64)), MemoryDesc((64, 256)))
     assert matmul.generate(square, wide).impl.startswith("ocl:regblock:6x64")
     assert matmul.generate(square, narrow).impl.startswith("ocl:regblock:6x16")
+    row = MatmulDesc(MemoryDesc((1, 64)), MemoryDesc((64, 256)))
+    assert matmul.generate(row, narrow).impl.startswith("ocl:regblock:1x64")
     nchw = ConvolutionDesc(MemoryDesc((1, 8, 9, 9)), MemoryDesc((17, 8, 3, 3)), padding_l=1)
     nhwc = ConvolutionDesc(MemoryDesc((1, 8, 9, 9), strides="nhwc"), MemoryDesc((17, 8, 3, 3)), padding_l=1)
     assert convolution.generate(nchw, wide).impl.startswith("ocl:direct:oc16")
@@ -46,6 +48,8 @@ MATMULS = {
     "edges_bias": ((37, 70), (70, 45), (45,)),
     "batch_broadcast": ((2, 3, 20, 33), (33, 17), None),
     "skinny": ((8, 300), (300, 40), (1, 40)),
+    "two_rows": ((2, 70), (70, 100), None),
+    "one_row": ((1, 300), (300, 130), (130,)),
 }
 
 
