@@ -1,14 +1,20 @@
-"""Convolution forward on CPUs whose SIMD registers hold 8 floats (AVX2), channels-last: each
+"""Convolution forward on CPUs whose SIMD registers hold 8 floats (AVX2): each
 work-item a block of TM output positions along the innermost spatial axis by 16 output channels,
 TM float16 accumulators (2 x TM registers), walking (tap, input channel): one float16 of weights
 (16 output channels, contiguous in HWIO-like weights) and TM broadcast src values per step. A
 depthwise convolution (one channel per group) walks the taps only, its src a float16 of the same
 16 channels per position.
 
-This is an implicit GEMM's micro-kernel without packing: src channels are contiguous (NHWC), so
-a tap's inner loop over input channels reads TM rows of consecutive floats, and the weights of a
-tap (ICg x 16 floats) stay in L1/L2 across the work-items of a channel block. Interior positions
-(every tap inside the image) run a loop without bounds selects; the edges select zero.
+This is an implicit GEMM's micro-kernel. With src channels contiguous (NHWC) a tap's inner loop
+over input channels reads TM rows of consecutive floats, and HWIO-like weights are read in place
+(a tap's ICg x 16 floats stay in L1/L2 across the work-items of a channel block). Weights whose
+output channels are not contiguous (OIHW, as NCHW graphs give them) are packed first: each
+work-item copies its 16 channels' weights into ``__local`` memory as a float16 per (tap, input
+channel) and then runs every position block of its output row, so the copy is paid once per row
+(``ocl:packed_blocked``). Interior positions (every tap inside the image) run a loop without
+bounds selects; the edges select zero. Measured on the 2-core AVX2 VM, batch 1, ms, NCHW with
+OIHW weights, the direct kernels -> packed: ResNet-50 conv1 7x7/2 21.5 -> 2.9, res2 3x3 4.9 ->
+2.1, res3 3x3/2 16.7 -> 3.2, res5 3x3 (7x7 maps) 15.5 -> 8.6 (a side script, best of 5).
 
 Why: on the 2-core AVX2 VM the per-position direct kernel (``convolution._direct``) ran NHWC 3x3
 layers at 0.22-0.47x torch CPU (BENCHMARKS.md §13): each of its lanes gathers src C floats apart.
@@ -45,10 +51,19 @@ def applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
         return False
     f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
     depthwise = desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
-    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32
-            and (desc.groups == 1 or depthwise)
-            and desc.src.strides[1] == 1 and desc.dst.strides[1] == 1 and desc.weights.strides[0] == 1
-            and desc.weights.dims[0] >= LANES)
+    if not (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and desc.weights.dims[0] >= LANES):
+        return False
+    if depthwise:  # src and weights read 16 channels at once
+        return desc.src.strides[1] == 1 and desc.weights.strides[0] == 1
+    if desc.groups != 1:
+        return False
+    packed = desc.weights.strides[0] != 1
+    return not packed or _packed_bytes(desc) <= config.local_memory
+
+
+def _packed_bytes(desc: ConvolutionDesc) -> int:
+    """__local bytes of a work-item's packed weights: every (tap, input channel) x 16 channels."""
+    return math.prod(desc.weights.dims[1:]) * LANES * 4
 
 
 def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
@@ -69,15 +84,24 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     nwork = n * math.prod(outer) * nwb
     ncb = math.ceil(oc / LANES)
     po_strides = _post_ops.operand_strides(post_ops, len(desc.dst.dims))
+    depthwise = desc.groups > 1
+    # Weights whose output channels are not contiguous (OIHW): each work-item first packs its 16
+    # channels' weights into __local memory as float16 per (tap, input channel), then runs every
+    # position block of its output row, so the packing is paid once per row.
+    packed = not depthwise and ws[0] != 1
+    if packed:
+        nwork = n * math.prod(outer)
 
     # Work-item -> (image, outer positions, block along the innermost axis). (Not ``b``: the
     # post-ops' binary step declares ``a`` and ``b``, and an operand's offset is read in the
     # initializer of that ``b``.)
-    pos = ["ulong r = p;", f"const ulong wb = r % {nwb}UL; r /= {nwb}UL;"]
+    pos = ["ulong r = p;"] + ([] if packed else [f"const ulong wb = r % {nwb}UL; r /= {nwb}UL;"])
     for i in reversed(range(nsp - 1)):
         pos.append(f"const long o{axes[i]} = (long)(r % {osp[i]}UL); r /= {osp[i]}UL;")
     pos.append("const ulong img = r;")
-    pos.append(f"const long ow0 = (long)wb * {tm}L < {ow_n - tm}L ? (long)wb * {tm}L : {ow_n - tm}L;")
+    first_block = f"const long ow0 = (long)wb * {tm}L < {ow_n - tm}L ? (long)wb * {tm}L : {ow_n - tm}L;"
+    if not packed:
+        pos.append(first_block)
 
     # Taps of the outer axes: a tap in the padding is skipped for the whole block.
     loops, indent = [], "    "
@@ -97,10 +121,14 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         body.append(f"{ind2}const long iw{i} = (ow0 + {i}L) * {sw}L - {pw}L + kw * {dw}L;")
         body.append(f"{ind2}const int v{i} = iw{i} >= 0 && iw{i} < {iw_n}L;")
         body.append(f"{ind2}__global const float* const s{i} = src + {src_outer} + (ulong)(v{i} ? iw{i} : 0L) * {ss[-1]}UL;")
-    wbase = " + ".join(wei_outer + [f"(ulong)kw * {ws[-1]}UL", "oc0"])
-    body.append(f"{ind2}__global const float* const wt = wei + {wbase};")
-
-    depthwise = desc.groups > 1
+    if packed:
+        tap = "(ulong)kw"
+        for i, a in reversed(list(enumerate(axes[:-1]))):
+            tap = f"({tap} + (ulong)k{a} * {math.prod(ksz[i + 1:])}UL)"
+        body.append(f"{ind2}__local const float16* const wt = wp + {tap} * {ic}UL;")
+    else:
+        wbase = " + ".join(wei_outer + [f"(ulong)kw * {ws[-1]}UL", "oc0"])
+        body.append(f"{ind2}__global const float* const wt = wei + {wbase};")
 
     def ic_loop(checked: bool, full: bool) -> str:
         if depthwise:  # one input channel per output channel: src is a float16 of the 16 channels
@@ -115,13 +143,16 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
             fmas = " ".join(f"acc{i} += {f'(v{i} ? {x(i)} : (float16)(0.0f))' if checked else x(i)} * w;"
                             for i in range(tm))
             return f"{{ const float16 w = {w}; {fmas} }}"
-        if full:
+        if packed:
+            wload = "const float16 w = wt[c];"
+        elif full:
             wload = f"const float16 w = *(__global const cv_float16u*)(wt + c * {ws[1]}UL);"
         else:
             wload = "const float16 w = (float16)(" + ", ".join(
                 f"(oc0 + {lane}UL < {oc}UL) ? wt[c * {ws[1]}UL + {lane}UL] : 0.0f" for lane in range(LANES)) + ");"
+        x = [f"s{i}[c * {ss[1]}UL]" for i in range(tm)]
         fmas = " ".join(
-            f"acc{i} += (float16)({f'v{i} ? s{i}[c] : 0.0f' if checked else f's{i}[c]'}) * w;" for i in range(tm))
+            f"acc{i} += (float16)({f'v{i} ? {x[i]} : 0.0f' if checked else x[i]}) * w;" for i in range(tm))
         return f"for (ulong c = 0; c < {ic}UL; ++c) {{ {wload} {fmas} }}"
 
     all_valid = " && ".join(f"v{i}" for i in range(tm))
@@ -157,20 +188,38 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
                    + (f" + {ow} * {s[-1]}UL" if s[-1] else ""))
             return lanes(name, off, s[1], full)
         value = f"acc{i}" + (f" + {lanes('bias', f'oc0 * {bias_step}UL', bias_step, full)}" if has_bias else "")
-        post = _post_ops.apply(post_ops, "r", "float16", lanes("dst", dst_off, 1, full), operand)
-        if full:
+        post = _post_ops.apply(post_ops, "r", "float16", lanes("dst", dst_off, ds[1], full), operand)
+        if full and ds[1] == 1:
             out = f"*(__global cv_float16u*)(dst + {dst_off}) = r;"
         else:
-            out = " ".join(f"if (oc0 + {lane}UL < {oc}UL) dst[{dst_off} + {lane}UL] = r.s{lane:x};" for lane in range(LANES))
+            out = " ".join(f"{'' if full else f'if (oc0 + {lane}UL < {oc}UL) '}dst[{dst_off} + {lane * ds[1]}UL] = r.s{lane:x};"
+                           for lane in range(LANES))
         return f"if (ow0 + {i}L >= (long)wb * {tm}L) {{ float16 r = {value}; {post} {out} }}"
 
     def block(full: bool) -> str:
         zero = " ".join(f"acc{i} = (float16)(0.0f);" for i in range(tm))
-        return f"""{{
-    {zero}
+        inner = f"""{zero}
 {k_loops(full)}
-    {chr(10).join("    " + position(i, full) for i in range(tm)).strip()}
-    }}"""
+    {chr(10).join("    " + position(i, full) for i in range(tm)).strip()}"""
+        if packed:
+            return f"""{{ for (ulong wb = 0; wb < {nwb}UL; ++wb) {{ {first_block}
+    {inner}
+    }} }}"""
+        return f"{{\n    {inner}\n    }}"
+
+    pack = ""
+    if packed:
+        taps = math.prod(ksz)
+        decode = ["ulong tr = t;"]
+        offs = []
+        for i in reversed(range(nsp)):
+            decode.append(f"const ulong t{i} = tr % {ksz[i]}UL; tr /= {ksz[i]}UL;")
+            offs.append(f"t{i} * {ws[2 + i]}UL")
+        gather = ", ".join(f"(oc0 + {lane}UL < {oc}UL) ? wei[(oc0 + {lane}UL) * {ws[0]}UL + c * {ws[1]}UL + to] : 0.0f"
+                           for lane in range(LANES))
+        pack = (f"__local float16 wp[{taps * ic}];\n    "
+                f"for (ulong t = 0; t < {taps}UL; ++t) {{ {' '.join(decode)} const ulong to = {' + '.join(offs)}; "
+                f"for (ulong c = 0; c < {ic}UL; ++c) wp[t * {ic}UL + c] = (float16)({gather}); }}")
 
     bias_param = f" {_dtype_io.param('f32', 'bias', const=True)}," if has_bias else ""
     source = (_post_ops.functions(post_ops, ("float", "float16")) + _PRELUDE
@@ -181,6 +230,7 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     if (p >= {nwork}UL || cb >= {ncb}UL) return;
     {chr(10).join("    " + line for line in pos).strip()}
     const ulong oc0 = cb * {LANES}UL;
+    {pack}
     float16 {", ".join(f"acc{i}" for i in range(tm))};
     acc0 = cv_wide((float16)(0.0f));
     if (oc0 + {LANES}UL <= {oc}UL) {block(True)} else {block(False)}
@@ -193,5 +243,5 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         arg_names=args,
         global_size=(nwork, ncb),
         local_size=(1, 1),
-        impl=f"ocl:nhwc_blocked:w{tm}xc{LANES}{':dw' if depthwise else ''}:l1x1",
+        impl=f"ocl:{'packed' if packed else 'nhwc'}_blocked:w{tm}xc{LANES}{':dw' if depthwise else ''}:l1x1",
     )

@@ -37,10 +37,13 @@ def test_block_shapes_follow_the_simd_width():
     row = MatmulDesc(MemoryDesc((1, 64)), MemoryDesc((64, 256)))
     assert matmul.generate(row, narrow).impl.startswith("ocl:regblock:1x64")
     nchw = ConvolutionDesc(MemoryDesc((1, 8, 9, 9)), MemoryDesc((17, 8, 3, 3)), padding_l=1)
-    nhwc = ConvolutionDesc(MemoryDesc((1, 8, 9, 9), strides="nhwc"), MemoryDesc((17, 8, 3, 3)), padding_l=1)
+    nhwc = ConvolutionDesc(MemoryDesc((1, 8, 9, 9), strides="nhwc"), MemoryDesc((17, 8, 3, 3), strides="hwio"),
+                           padding_l=1)
+    few = ConvolutionDesc(MemoryDesc((1, 8, 9, 9)), MemoryDesc((12, 8, 3, 3)), padding_l=1)
     assert convolution.generate(nchw, wide).impl.startswith("ocl:direct:oc16")
-    assert convolution.generate(nchw, narrow).impl.startswith("ocl:direct:oc6")
-    assert convolution.generate(nhwc, narrow).impl.startswith("ocl:direct:oc16")  # gathers serve 16 channels
+    assert convolution.generate(nchw, narrow).impl.startswith("ocl:packed_blocked:w6xc16")  # OIHW packed
+    assert convolution.generate(nhwc, narrow).impl.startswith("ocl:nhwc_blocked:w6xc16")
+    assert convolution.generate(few, narrow).impl.startswith("ocl:direct:oc6")  # under 16 channels
 
 
 # src dims, weights dims, bias dims
@@ -83,7 +86,13 @@ CONVOLUTIONS = {
     "ndhwc_strided_dilated": ((1, 4, 5, 6, 8), "ndhwc", (16, 4, 2, 3, 3), "dhwio", "ndhwc",
                               dict(strides=(1, 2, 2), padding_l=(0, 1, 2), dilation=(2, 1, 2)),
                               {16: "ocl:direct:oc16", 8: "ocl:nhwc_blocked:w4xc16"}),
-    "per_position_17_channels": ((2, 3, 7, 9), None, (17, 3, 3, 3), None, None, dict(padding_l=1), "ocl:direct:oc"),
+    # 17 channels: per position at width 16; at width 8 the OIHW weights packed per work-item, one
+    # full channel block and one past OC, NCHW dst stored lane by lane.
+    "nchw_17_channels": ((2, 3, 7, 9), None, (17, 3, 3, 3), None, None, dict(padding_l=1),
+                         {16: "ocl:direct:oc", 8: "ocl:packed_blocked:w6xc16"}),
+    # NCHW at stride 2 with NHWC dst, packed weights, rows of 5 (one shifted block each).
+    "nchw_strided_nhwc_dst": ((1, 4, 9, 10), None, (16, 4, 3, 3), None, "nhwc", dict(strides=2, padding_l=1),
+                              {16: "ocl:direct:oc", 8: "ocl:packed_blocked:w5xc16"}),
     "row_vector": ((1, 4, 6, 37), None, (7, 4, 3, 3), None, None, dict(padding_l=1), "ocl:direct:row16:"),
     "pointwise_nchw_batch": ((2, 12, 5, 6), None, (20, 12, 1, 1), None, None, {}, "ocl:pointwise_matmul:"),
     "pointwise_nhwc": ((2, 12, 5, 6), "nhwc", (20, 12, 1, 1), "hwio", "nhwc", {}, "ocl:pointwise_matmul:"),
