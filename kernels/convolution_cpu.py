@@ -150,9 +150,9 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         else:
             wload = "const float16 w = (float16)(" + ", ".join(
                 f"(oc0 + {lane}UL < {oc}UL) ? wt[c * {ws[1]}UL + {lane}UL] : 0.0f" for lane in range(LANES)) + ");"
-        x = [f"s{i}[c * {ss[1]}UL]" for i in range(tm)]
+        reads = [f"s{i}[c * {ss[1]}UL]" for i in range(tm)]
         fmas = " ".join(
-            f"acc{i} += (float16)({f'v{i} ? {x[i]} : 0.0f' if checked else x[i]}) * w;" for i in range(tm))
+            f"acc{i} += (float16)({f'v{i} ? {reads[i]} : 0.0f' if checked else reads[i]}) * w;" for i in range(tm))
         return f"for (ulong c = 0; c < {ic}UL; ++c) {{ {wload} {fmas} }}"
 
     all_valid = " && ".join(f"v{i}" for i in range(tm))
