@@ -173,13 +173,8 @@ class _ImplicitSrc(_Operand):
 
     def setup(self, base: str, off: str, items: int) -> str:
         geo, lines = self.geo, []
-        per_row = self.bk // 4 if self.along_k else self.bt // 4
         for g in range(self.groups):
-            lin = f"({g * items}u + lid)"
-            if self.along_k:
-                lines.append(f"const uint a_mn{g} = {lin} / {per_row}u, a_k{g} = ({lin} % {per_row}u) * 4u;")
-            else:
-                lines.append(f"const uint a_k{g} = {lin} / {per_row}u, a_mn{g} = ({lin} % {per_row}u) * 4u;")
+            lines.append(self.slab_position(g, items))
             # One position per group decoded: along M the other three follow it in its row
             # (M % 4 == 0 there, so the last group is clamped whole).
             p = f"a{g}_"
@@ -263,10 +258,8 @@ class _ImplicitWeights(_Operand):
 
     def setup(self, base: str, off: str, items: int) -> str:
         lines = []
-        per_row = self.bk // 4
         for g in range(self.groups):
-            lines.append(f"const uint b_mn{g} = ({g * items}u + lid) / {per_row}u, "
-                         f"b_k{g} = (({g * items}u + lid) % {per_row}u) * 4u;")
+            lines.append(self.slab_position(g, items))
             lines.append(f"const ulong b_o{g} = {off} + min({base} + b_mn{g}, {self.ext - 1}UL) * {self.geo.ws[0]}UL;")
         return "\n    ".join(lines)
 

@@ -209,17 +209,21 @@ class _Operand:
         self.stride = bt + self.pad  # floats per local row (one k)
         self.groups = tile.bk * bt // 4 // tile.items  # groups of 4 per work-item per slab
 
+    def slab_position(self, g: int, items: int) -> str:
+        """The declaration of group ``g``'s place in the slab, ``{name}_mn{g}`` and ``{name}_k{g}``:
+        consecutive work-items take consecutive groups along the run (K, or M/N)."""
+        per_row = self.bk // 4 if self.along_k else self.bt // 4
+        lin, name = f"({g * items}u + lid)", self.name
+        if self.along_k:
+            return f"const uint {name}_mn{g} = {lin} / {per_row}u, {name}_k{g} = ({lin} % {per_row}u) * 4u;"
+        return f"const uint {name}_k{g} = {lin} / {per_row}u, {name}_mn{g} = ({lin} % {per_row}u) * 4u;"
+
     def setup(self, base: str, off: str, items: int) -> str:
         """Per-work-item constants: the slab position of each of its groups and its global offset
         at k = 0 (rows past the extent clamped to the last)."""
         lines = []
-        per_row = self.bk // 4 if self.along_k else self.bt // 4
         for g in range(self.groups):
-            lin = f"({g * items}u + lid)"
-            if self.along_k:
-                lines.append(f"const uint {self.name}_mn{g} = {lin} / {per_row}u, {self.name}_k{g} = ({lin} % {per_row}u) * 4u;")
-            else:
-                lines.append(f"const uint {self.name}_k{g} = {lin} / {per_row}u, {self.name}_mn{g} = ({lin} % {per_row}u) * 4u;")
+            lines.append(self.slab_position(g, items))
             if self.along_k or self.wide:
                 # One row (along K), or a whole aligned group (along M/N: extent % 4 == 0).
                 last = self.ext - 1 if self.along_k else self.ext - 4
