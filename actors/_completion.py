@@ -124,6 +124,9 @@ class QueueWaiter:
             except cl.Error:
                 pass  # the event failed; the waiter reads its negative status
             notify()
+            # Not kept while the thread sleeps for the next one: a host copy's event holds its
+            # numpy array (pyopencl's NannyEvent), which would outlive every other reference.
+            del cl_event, notify
 
 
 class CompletionActor:
