@@ -69,6 +69,9 @@ def generate(desc: ConvolutionDesc, config: KernelConfig) -> KernelSpec:
         spec = pointwise_as_matmul(desc, config)
         if spec is not None:
             return spec
+        if convolution_cpu.depthwise_rows_applies(desc, config):
+            return generate_scaled(lambda chain: convolution_cpu.depthwise_rows(desc, chain, config),
+                                   desc.post_ops, desc.output_scale)
         if convolution_cpu.applies(desc, config):
             return generate_scaled(lambda chain: convolution_cpu.blocked(desc, chain, config),
                                    desc.post_ops, desc.output_scale)

@@ -245,3 +245,107 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
         local_size=(1, 1),
         impl=f"ocl:{'packed' if packed else 'nhwc'}_blocked:w{tm}xc{LANES}{':dw' if depthwise else ''}:l1x1",
     )
+
+
+def depthwise_rows_applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
+    """Depthwise 2D convolution over rows contiguous along W (NCHW), f32, on an 8-float SIMD
+    device, where the direct kernel's row vectors do not apply (stride along W above 1, or rows
+    shorter than 16)."""
+    if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
+        return False
+    f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
+    depthwise = desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
+    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and depthwise
+            and len(desc.src.dims) == 4 and desc.src.strides[-1] == 1 and desc.dst.strides[-1] == 1
+            and (desc.strides[-1] > 1 or desc.dst.dims[-1] < LANES))
+
+
+def depthwise_rows(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> KernelSpec:
+    """Each work-item one output row of one channel, 16 positions along W as one float16 per
+    step; a tap's 16 src values are one float16 load at stride 1, two and their even lanes at
+    stride 2, where the whole block is inside the row, and 16 selected loads otherwise."""
+    ss, ws, ds = desc.src.strides, desc.weights.strides, desc.dst.strides
+    n, c = desc.src.dims[:2]
+    ih_n, iw_n = desc.src.dims[2:]
+    oh_n, ow_n = desc.dst.dims[2:]
+    kh_n, kw_n = desc.weights.dims[2:]
+    (sh, sw), (ph, pw), (dh, dw) = desc.strides, desc.padding_l, desc.dilation
+    has_bias = desc.bias is not None
+    bias_step = desc.bias.strides[0] if desc.bias is not None else 0
+    po_strides = _post_ops.operand_strides(post_ops, 4)
+
+    def lanes(ptr: str, base: str, step: int, guard: bool) -> str:
+        if step == 0:
+            return f"((float16)({ptr}[{base}]))"
+        if not guard and step == 1:
+            return f"(*(__global const cv_float16u*)({ptr} + {base}))"
+        return "(float16)(" + ", ".join(
+            (f"(ow0 + {lane}L < {ow_n}L) ? " if guard else "") + f"{ptr}[{base} + {lane * step}UL]"
+            + (" : 0.0f" if guard else "") for lane in range(LANES)) + ")"
+
+    def x_full() -> str:
+        base = f"row + (ulong)(ow0 * {sw}L - {pw}L + kw * {dw}L)"
+        if sw == 1:
+            return f"*(__global const cv_float16u*)({base})"
+        if sw == 2:
+            return (f"(float16)((*(__global const cv_float16u*)({base})).even, "
+                    f"(*(__global const cv_float16u*)({base} + 16UL)).even)")
+        return "(float16)(" + ", ".join(f"({base})[{lane * sw}UL]" for lane in range(LANES)) + ")"
+
+    x_edge = "(float16)(" + ", ".join(
+        f"((ow0 + {lane}L) < {ow_n}L && (ulong)((ow0 + {lane}L) * {sw}L - {pw}L + kw * {dw}L) < {iw_n}UL) ? "
+        f"row[(ow0 + {lane}L) * {sw}L - {pw}L + kw * {dw}L] : 0.0f" for lane in range(LANES)) + ")"
+    # The block's taps all inside the row: its first and last positions' windows are.
+    inside = (f"ow0 + {LANES - 1}L < {ow_n}L && ow0 * {sw}L - {pw}L >= 0L "
+              f"&& (ow0 + {LANES - 1}L) * {sw}L - {pw}L + {(kw_n - 1) * dw}L < {iw_n}L"
+              + (f" && ow0 * {sw}L - {pw}L + {(kw_n - 1) * dw + 32}L <= {iw_n}L" if sw == 2 else ""))
+    dst_at = f"img * {ds[0]}UL + ch * {ds[1]}UL + (ulong)oh * {ds[2]}UL + (ulong)ow0 * {ds[3]}UL"
+
+    def epilogue(guard: bool) -> str:
+        def operand(name: str) -> str:
+            s = po_strides[name]
+            base = f"img * {s[0]}UL + ch * {s[1]}UL + (ulong)oh * {s[2]}UL + (ulong)ow0 * {s[3]}UL"
+            return lanes(name, base, s[3], guard)
+        value = "acc" + (f" + (float16)(bias[ch * {bias_step}UL])" if has_bias else "")
+        post = _post_ops.apply(post_ops, "r", "float16", lanes("dst", dst_at, ds[3], guard), operand)
+        if not guard and ds[3] == 1:
+            out = f"*(__global cv_float16u*)(dst + {dst_at}) = r;"
+        else:
+            out = " ".join(f"{f'if (ow0 + {lane}L < {ow_n}L) ' if guard else ''}dst[{dst_at} + {lane * ds[3]}UL] = r.s{lane:x};"
+                           for lane in range(LANES))
+        return f"{{ float16 r = {value}; {post} {out} }}"
+
+    bias_param = f" {_dtype_io.param('f32', 'bias', const=True)}," if has_bias else ""
+    source = (_post_ops.functions(post_ops, ("float", "float16")) + _PRELUDE
+              + f"""__kernel void convolution_fwd(__global const float* restrict src,
+                              __global const float* restrict wei,{bias_param}{_post_ops.params(post_ops)}
+                              __global float* restrict dst) {{
+    const ulong p = get_global_id(0);
+    if (p >= {n * c * oh_n}UL) return;
+    const long oh = (long)(p % {oh_n}UL);
+    const ulong ch = (p / {oh_n}UL) % {c}UL, img = p / {oh_n * c}UL;
+    for (long ow0 = 0; ow0 < {ow_n}L; ow0 += {LANES}L) {{
+        float16 acc = cv_wide((float16)(0.0f));
+        const int full = {inside};
+        for (long kh = 0; kh < {kh_n}L; ++kh) {{
+            const long ih = oh * {sh}L - {ph}L + kh * {dh}L;
+            if (ih < 0 || ih >= {ih_n}L) continue;
+            __global const float* const row = src + img * {ss[0]}UL + ch * {ss[1]}UL + (ulong)ih * {ss[2]}UL;
+            for (long kw = 0; kw < {kw_n}L; ++kw) {{
+                const float w = wei[ch * {ws[0]}UL + (ulong)kh * {ws[2]}UL + (ulong)kw * {ws[3]}UL];
+                acc += (full ? {x_full()} : {x_edge}) * (float16)(w);
+            }}
+        }}
+        if (ow0 + {LANES}L <= {ow_n}L) {epilogue(False)} else {epilogue(True)}
+    }}
+}}
+""")
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + tuple(po_strides) + ("dst",)
+    return KernelSpec(
+        source=source,
+        name="convolution_fwd",
+        arg_names=args,
+        global_size=(n * c * oh_n,),
+        local_size=(1,),
+        impl=f"ocl:dw_rows:w{LANES}:s{sw}:l1x1",
+    )

@@ -83,6 +83,12 @@ CONVOLUTIONS = {
     # Depthwise NHWC (20 channels: a block past them), stride 2: src read as 16 channels at once.
     "depthwise_nhwc": ((2, 20, 9, 14), "nhwc", (20, 1, 3, 3), "hwio", "nhwc", dict(strides=2, padding_l=1, groups=20),
                        {16: "ocl:direct:oc1", 8: "ocl:nhwc_blocked:w6xc16:dw"}),
+    # Depthwise NCHW at stride 2 (W 40 -> 20: a block inside the row, one past its end and
+    # its padding), and on 14-wide maps at stride 1 (one block of 16 lanes, 2 masked).
+    "depthwise_nchw_strided": ((1, 20, 9, 40), None, (20, 1, 3, 3), None, None, dict(strides=2, padding_l=1, groups=20),
+                               {16: "ocl:direct:oc1", 8: "ocl:dw_rows:w16:s2"}),
+    "depthwise_nchw_small": ((2, 18, 14, 14), None, (18, 1, 3, 3), None, None, dict(padding_l=1, groups=18),
+                             {16: "ocl:direct:oc1", 8: "ocl:dw_rows:w16:s1"}),
     # NDHWC at stride 2 with dilation, rows shorter than a block (W 4 -> blocks of 4).
     "ndhwc_strided_dilated": ((1, 4, 5, 6, 8), "ndhwc", (16, 4, 2, 3, 3), "dhwio", "ndhwc",
                               dict(strides=(1, 2, 2), padding_l=(0, 1, 2), dilation=(2, 1, 2)),
