@@ -449,6 +449,19 @@ class StreamActor:
         while copies and copies[0][0].command_execution_status <= _COMPLETE:
             copies.popleft()
 
+    def copy_settled(self, cl_event: cl.Event) -> None:
+        """A command of this stream is known complete (``Submission.settle``): if it is a host
+        copy, forget it and its host side now. Pruning only when the next copy is enqueued kept
+        a stream's last copied array alive until then (a dropped constant-cache array stayed
+        cached when its upload finished after the run's last copy was enqueued)."""
+        copies = self._inflight_copies
+        if not copies:
+            return
+        for i, (event, _) in enumerate(copies):
+            if event is cl_event:
+                del copies[i]
+                return
+
     def _flush(self) -> None:
         for lane in self._dirty:
             self.queues[lane].flush()

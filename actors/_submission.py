@@ -48,6 +48,18 @@ class Submission:
 
     def settle(self, status: int) -> None:
         """Record the final execution ``status`` of the enqueued command (read from OpenCL)."""
+        if status <= _COMPLETE and self.native is not None:
+            # A finished host copy lets its array go: the stream actor forgets it, and pyopencl's
+            # event (a NannyEvent keeps its array until waited on; status polls and
+            # wait_for_events do not count) is waited on, which returns at once. Both held the
+            # array past its last user's reference (a constant-cache test saw a dropped W
+            # array stay cached under load).
+            self.actor.copy_settled(self.native)
+            if isinstance(self.native, cl.NannyEvent):
+                try:
+                    self.native.wait()
+                except cl.Error:
+                    pass  # a failed copy: the status below says so
         if status > _COMPLETE:
             # Only reachable after the runtime closed under cancellation, queues unfinished.
             self.set_failed(ClosedError("the runtime closed before the command completed"))

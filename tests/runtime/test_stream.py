@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pyopencl as cl
 import pytest
@@ -418,3 +420,18 @@ async def test_bf16_round_trip_rounds_to_nearest_even(engine):
     mem = await engine.from_numpy(x, MemoryDesc(x.shape, "bf16"))
     got = await mem.to_numpy()
     np.testing.assert_array_equal(got, np.array([1.0, -2.5, 3.140625, 1.0, 1 + 2**-7], np.float32))
+
+
+async def test_a_completed_write_lets_its_host_array_go(engine):
+    """pyopencl's event of a host copy keeps the array until waited on; once the copy is known
+    complete the stream lets it go, even while the event lives (the constant tensor cache counts
+    on this to see a dropped array leave)."""
+    stream = await engine.stream()
+    memory = engine.memory(MemoryDesc((1000,)))
+    array = np.ones(1000, np.float32)  # f32, contiguous: read in place, not staged
+    alive = weakref.ref(array)
+    event = stream.write(memory, array)
+    await event
+    del array
+    assert alive() is None and event.done
+    np.testing.assert_array_equal(await memory.to_numpy(), np.ones(1000, np.float32))
