@@ -295,12 +295,10 @@ def implicit_gemm(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) 
     ``_post_ops.generate_scaled`` hands it); ``applies`` said yes."""
     geo = _Geometry(desc)
     src_dtype, wei_dtype, dst_dtype = desc.src.dtype, desc.weights.dtype, desc.dst.dtype
-    bias_dtype = "f32" if desc.bias is None else desc.bias.dtype
     has_bias = desc.bias is not None
     ocg, ds = geo.ocg, geo.ds
     tile = choose_tile(geo.m, ocg, geo.groups, config)
     po_strides = _post_ops.operand_strides(post_ops, len(desc.dst.dims))
-    po_names = tuple(po_strides)
 
     a = _ImplicitSrc(geo, src_dtype, tile)
     k_stride = geo.weights_k_stride()
@@ -333,7 +331,7 @@ def implicit_gemm(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) 
         return " ".join(lines)
 
     epilogue = Epilogue(
-        dst_dtype=dst_dtype, bias_dtype=bias_dtype if has_bias else None, post_ops=post_ops,
+        dst_dtype=dst_dtype, bias_dtype=None if desc.bias is None else desc.bias.dtype, post_ops=post_ops,
         col_strides=col_strides, row_offsets=row_offsets,
         vec_store=(dst_dtype == "f32" and ds[1] == 1 and ocg % 4 == 0
                    and all(s % 4 == 0 for s in (ds[0],) + tuple(ds[2:]))),
@@ -343,15 +341,8 @@ def implicit_gemm(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) 
                         and all(ds[2 + i] == ds[3 + i] * geo.osp[i + 1] for i in range(geo.nsp - 1))
                         and ds[0] % 4 == 0 and ds[1] % 4 == 0 and ds[1] != 1),
     )
-    params = (f"{_dtype_io.param(src_dtype, 'src', const=True)}, {_dtype_io.param(wei_dtype, 'wei', const=True)},"
-              + (f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else "")
-              + f"{_post_ops.params(post_ops)}\n                {_dtype_io.param(dst_dtype, 'dst', const=False)}")
-    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
-    helpers = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
     order = "kc" if geo.channels_inner else "ck"
     return matmul_gpu.gemm_kernel(
-        name="convolution_fwd", params=params, helpers=helpers, m=geo.m, n=ocg, k=geo.k, tile=tile, a=a, b=b,
-        offsets=offsets, a_off="off_a", b_off="off_b", epilogue=epilogue, nbatch=geo.groups, args=args,
-        impl=f"ocl:implicit_gemm:{order}:{tile.name}",
+        name="convolution_fwd", m=geo.m, n=ocg, k=geo.k, tile=tile, a=a, b=b, offsets=offsets, a_off="off_a",
+        b_off="off_b", epilogue=epilogue, nbatch=geo.groups, impl=f"ocl:implicit_gemm:{order}:{tile.name}",
     )

@@ -308,7 +308,6 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     has_bias = bias_dims is not None
     sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     po_strides = _post_ops.operand_strides(post_ops, nd)
-    po_names = tuple(po_strides)
 
     if tile is None:
         tile = choose_tile(m, n, nbatch, config, k)
@@ -341,16 +340,9 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
         row_offsets=lambda row: " ".join(f"const ulong ro_{t} = {row} * {s}UL;" for t, s in row_strides.items()),
         vec_store=dst_dtype == "f32" and sdn == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1]),
     )
-    params = (f"{_dtype_io.param(src_dtype, 'src', const=True)}, {_dtype_io.param(wei_dtype, 'wei', const=True)},"
-              + (f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if has_bias else "")
-              + f"{_post_ops.params(post_ops)}\n                {_dtype_io.param(dst_dtype, 'dst', const=False)}")
-    loads = (src_dtype, wei_dtype, dst_dtype) + ((bias_dtype,) if has_bias else ())
-    helpers = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
     return gemm_kernel(
-        name="matmul_fwd", params=params, helpers=helpers, m=m, n=n, k=k, tile=tile, a=a, b=b,
-        offsets=offsets, a_off=a_off, b_off=b_off, epilogue=epilogue, nbatch=nbatch, args=args,
-        impl=f"ocl:gemm_tiled:{tile.name}",
+        name="matmul_fwd", m=m, n=n, k=k, tile=tile, a=a, b=b, offsets=offsets, a_off=a_off, b_off=b_off,
+        epilogue=epilogue, nbatch=nbatch, impl=f"ocl:gemm_tiled:{tile.name}",
     )
 
 
@@ -376,13 +368,14 @@ class Epilogue:
     vec_store_rows: bool = False
 
 
-def gemm_kernel(*, name: str, params: str, helpers: str, m: int, n: int, k: int, tile: Tile, a: _Operand,
-                b: _Operand, offsets: str, a_off: str, b_off: str, epilogue: Epilogue, nbatch: int,
-                args: tuple[str, ...], impl: str) -> KernelSpec:
+def gemm_kernel(*, name: str, m: int, n: int, k: int, tile: Tile, a: _Operand, b: _Operand, offsets: str,
+                a_off: str, b_off: str, epilogue: Epilogue, nbatch: int, impl: str) -> KernelSpec:
     """The tiled kernel around two operands (``_Operand`` or a subclass that gathers, as an implicit
     GEMM does) and an epilogue: ``offsets`` defines ``off_<key>`` for every tensor from
     ``get_group_id(2)`` (the batch); ``a_off`` / ``b_off`` are where the operands start (a split
-    tile's ``kg`` may appear in them)."""
+    tile's ``kg`` may appear in them). Arguments: src, weights, [bias], the binary post-op
+    operands (the epilogue's other keys, in order), dst; their types are the operands' and the
+    epilogue's."""
     bm, bn, bk, tm, tn, lm, ln, items = tile.bm, tile.bn, tile.bk, tile.tm, tile.tn, tile.lm, tile.ln, tile.items
     ks, threads = tile.ks, tile.threads
     kpart = k // ks  # K of each split
@@ -406,8 +399,15 @@ def gemm_kernel(*, name: str, params: str, helpers: str, m: int, n: int, k: int,
     # Epilogue: output (i, j) of the work-item is row ty*4 + (i/4)*4*LM + i%4, column likewise.
     ep = epilogue
     row_check, col_check = m % bm != 0, n % bn != 0
-    keys = tuple(ep.col_strides)
-    po_names = tuple(key for key in keys if key not in ("d", "c"))
+    po_names = tuple(key for key in ep.col_strides if key not in ("d", "c"))
+    has_bias = ep.bias_dtype is not None
+    params = (f"{_dtype_io.param(a.dtype, 'src', const=True)}, {_dtype_io.param(b.dtype, 'wei', const=True)},"
+              + (f" {_dtype_io.param(ep.bias_dtype, 'bias', const=True)}," if ep.bias_dtype is not None else "")
+              + f"{_post_ops.params(ep.post_ops)}\n                {_dtype_io.param(ep.dst_dtype, 'dst', const=False)}")
+    loads = (a.dtype, b.dtype, ep.dst_dtype) + ((ep.bias_dtype,) if ep.bias_dtype is not None else ())
+    helpers = (_dtype_io.functions(loads=loads, stores=(ep.dst_dtype,))
+               + _post_ops.functions(ep.post_ops, ("float",)))
+    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
 
     def at(key: str, col: str) -> str:
         return f"off_{key} + ro_{key} + ({col}) * {ep.col_strides[key]}UL"
