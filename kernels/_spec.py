@@ -59,6 +59,11 @@ def c_float(value: float) -> str:
     return f"({v.hex()}f)"
 
 
+def up4(x: int) -> int:
+    """``x`` rounded up to a multiple of 4 (a float4's elements)."""
+    return (x + 3) // 4 * 4
+
+
 def padded_global(work_items: int, local: int) -> int:
     """OpenCL 1.2 needs the global size to be a multiple of the local size; kernels guard the rest."""
     return max(1, math.ceil(work_items / local)) * local

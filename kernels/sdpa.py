@@ -67,7 +67,7 @@ from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io, sdpa_flash
 from ._quantized_io import quantized_value, rounded, rounding_functions, table, table_load, tabled
 from ._registry import register
-from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code
+from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, c_float, index_code, up4
 
 # CPU shapes (float16 vectors of query rows per work-item, keys per block, Dv columns per register
 # group of O), measured on PoCL at 1x8x128x64 and 1x16x384x64: (2, 8, 4) 0.31 / 2.7 ms, (1, 16, 8)
@@ -874,10 +874,6 @@ GPU_SPLIT_LOCAL_FLOATS = 11 * 1024  # K and V tiles (reused for Q and the final 
 GPU_CACHED_SCORES = 64  # scores a work-item keeps between the two passes of quantized probabilities
 
 
-def _up4(x: int) -> int:
-    return (x + 3) // 4 * 4
-
-
 def _odd4(x: int) -> int:
     """A local row length >= x (a multiple of 4) whose float4 count is odd: a quarter-warp's float4
     reads of 8 consecutive rows hit distinct banks."""
@@ -889,7 +885,7 @@ def gpu_split_shape(sq: int, skv: int, d: int, dv: int, config: KernelConfig) ->
     row per work-item kernel)."""
     local = min(GPU_SPLIT_LOCAL, config.local_size)
     t = GPU_SPLIT_T
-    if local < 64 or _up4(d) + _up4(dv) > GPU_SPLIT_REGS:
+    if local < 64 or up4(d) + up4(dv) > GPU_SPLIT_REGS:
         return None
     # red_m and red_l, the merge's max and sum per work-item, sit beside the tile
     budget = min(GPU_SPLIT_LOCAL_FLOATS, config.local_memory // 4 - 2 * local)
@@ -921,7 +917,7 @@ def fusion_pays(sq: int, skv: int, d: int, dv: int, config: KernelConfig, *, pro
 def _split_local_floats(t: int, bk: int, local: int, d: int, dv: int) -> int:
     """Floats of the split kernel's __local buffer: the K and V tiles, reused to stage Q and to
     merge the T states of each row."""
-    return max(bk * (_odd4(_up4(d)) + _odd4(_up4(dv))), local // t * _up4(d), local * 8)
+    return max(bk * (_odd4(up4(d)) + _odd4(up4(dv))), local // t * up4(d), local * 8)
 
 
 def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_code,
@@ -938,7 +934,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     load, store = _dtype_io.load, _dtype_io.store
     rows = local // t_
     kc = bk // t_  # keys per work-item per tile
-    d4, dv4 = _up4(d), _up4(dv)
+    d4, dv4 = up4(d), up4(dv)
     ks, vs = _odd4(d4), _odd4(dv4)  # local row lengths of the K and V tiles
     tile_floats = _split_local_floats(t_, bk, local, d, dv)
     groups = math.ceil(sq / rows)
@@ -1039,7 +1035,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
     # Merge: chunks of ce O columns per pass through the tile area (row-padded by 4 floats).
     ce = dv4
     while local * (ce + 4) > tile_floats and ce > 4:
-        ce = _up4(ce // 2)
+        ce = up4(ce // 2)
     merge = []
     for e0 in range(0, dv4, ce):
         n = min(ce, dv4 - e0)

@@ -32,14 +32,10 @@ import math
 
 from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io
-from ._spec import KernelConfig, KernelSpec
+from ._spec import KernelConfig, KernelSpec, up4
 
 LOCAL = 256  # work-items per work-group
 MAX_HEAD = 128  # D and Dv (rounded up to 4) at most: Q's block and a K or V tile in local memory
-
-
-def _up4(x: int) -> int:
-    return (x + 3) // 4 * 4
 
 
 def flash_shape(desc: SdpaDesc, config: KernelConfig) -> tuple[int, int] | None:
@@ -48,7 +44,7 @@ def flash_shape(desc: SdpaDesc, config: KernelConfig) -> tuple[int, int] | None:
     plain = (desc.query_quant is None and desc.key_quant is None and desc.value_quant is None
              and desc.probs_quant is None and desc.dst_quant is None and desc.score_rounding == "f32"
              and desc.softcap is None and desc.select_mask is None and desc.fill is None)
-    d4, dv4 = _up4(desc.query.dims[-1]), _up4(desc.value.dims[-1])
+    d4, dv4 = up4(desc.query.dims[-1]), up4(desc.value.dims[-1])
     if not plain or config.vector_width != 1 or config.local_size < LOCAL or max(d4, dv4) > MAX_HEAD:
         return None
     br, bc = (64, 32) if max(d4, dv4) <= 64 else (32, 32)
@@ -68,7 +64,7 @@ def generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale,
     br, bc = shape
     qt, kt, vt, mt, dt = (dtypes[n] for n in ("query", "key", "value", "mask", "dst"))
     load, store = _dtype_io.load, _dtype_io.store
-    d4, dv4 = _up4(d), _up4(dv)
+    d4, dv4 = up4(d), up4(dv)
     brp = br + 4  # P's rows (one per key) padded: float4 reads of 4 query rows stay aligned
     vp = dv4 + 4  # V's rows padded
     sqm, sqd = sa["q"][-2:]
