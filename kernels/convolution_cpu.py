@@ -43,6 +43,19 @@ _PRELUDE = (
 )
 
 
+def _lanes(ptr: str, base: str, step: int, guard) -> str:
+    """A float16 of 16 values of ``ptr`` from ``base``, ``step`` apart (0: one value for every
+    lane); ``guard(lane)``: the C condition under which a lane reads (else 0), None where every
+    lane is in range (then a unit step is one float16 load)."""
+    if step == 0:
+        return f"((float16)({ptr}[{base}]))"
+    if guard is None and step == 1:
+        return f"(*(__global const cv_float16u*)({ptr} + {base}))"
+    return "(float16)(" + ", ".join(
+        f"{ptr}[{base} + {lane * step}UL]" if guard is None else f"({guard(lane)}) ? {ptr}[{base} + {lane * step}UL] : 0.0f"
+        for lane in range(LANES)) + ")"
+
+
 def applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
     """CPU shape on an 8-float SIMD device, f32 everywhere, channels contiguous in src and dst,
     output channels contiguous in the weights, 16+ output channels in one group or depthwise (one
@@ -168,12 +181,7 @@ def blocked(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig) -> Ker
     # Epilogue per position i: acc + bias, post-ops on the float16, the store.
     def lanes(ptr: str, base: str, step: int, full: bool) -> str:
         """float16 of the 16 channels from ``base`` at channel stride ``step``."""
-        if step == 0:
-            return f"((float16)({ptr}[{base}]))"
-        if full and step == 1:
-            return f"(*(__global const cv_float16u*)({ptr} + {base}))"
-        return "(float16)(" + ", ".join(
-            f"(oc0 + {lane}UL < {oc}UL) ? {ptr}[{base} + {lane * step}UL] : 0.0f" for lane in range(LANES)) + ")"
+        return _lanes(ptr, base, step, None if full else lambda lane: f"oc0 + {lane}UL < {oc}UL")
 
     def position(i: int, full: bool) -> str:
         ow = f"(ulong)(ow0 + {i}L)"
@@ -275,13 +283,8 @@ def depthwise_rows(desc: ConvolutionDesc, post_ops: tuple, config: KernelConfig)
     po_strides = _post_ops.operand_strides(post_ops, 4)
 
     def lanes(ptr: str, base: str, step: int, guard: bool) -> str:
-        if step == 0:
-            return f"((float16)({ptr}[{base}]))"
-        if not guard and step == 1:
-            return f"(*(__global const cv_float16u*)({ptr} + {base}))"
-        return "(float16)(" + ", ".join(
-            (f"(ow0 + {lane}L < {ow_n}L) ? " if guard else "") + f"{ptr}[{base} + {lane * step}UL]"
-            + (" : 0.0f" if guard else "") for lane in range(LANES)) + ")"
+        """float16 of the 16 positions from ``base`` at position stride ``step``."""
+        return _lanes(ptr, base, step, (lambda lane: f"ow0 + {lane}L < {ow_n}L") if guard else None)
 
     def x_full() -> str:
         base = f"row + (ulong)(ow0 * {sw}L - {pw}L + kw * {dw}L)"
