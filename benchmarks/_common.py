@@ -24,6 +24,7 @@ import pyopencl as cl
 import trio
 
 import triodnn
+from triodnn.graph import Tensor
 from triodnn.kernels import KernelSpec
 
 
@@ -140,6 +141,27 @@ class SpinDesc:
 
 # Declared in the op registry like triodnn's own kinds: its generator is the method.
 triodnn.kernels.register(SpinDesc, generate=SpinDesc.generate)
+
+
+# -- graphs ----------------------------------------------------------------------------------------
+
+
+async def bind_graph(graph, engine, compiled, arrays) -> tuple[list[str], list, dict]:
+    """(primitive kinds, plan, tensors) of ``graph``'s ``compiled`` partitions (in execution
+    order) on ``engine``: its inputs uploaded from ``arrays`` (by logical tensor id), every
+    partition's outputs allocated, and the plan a list of (compiled partition, input tensors,
+    output tensors) to execute in turn; ``tensors`` maps each id to its tensor."""
+    tensors = {}
+    for lt in graph.input_tensors():
+        tensors[lt.id] = await Tensor.from_numpy(lt, engine, arrays[lt.id])
+    plan = []
+    for cp in compiled:
+        outs = [Tensor(o, engine) for o in cp.outputs]
+        for t in outs:
+            tensors[t.logical_tensor.id] = t
+        plan.append((cp, [tensors[i.id] for i in cp.inputs], outs))
+    kinds = [prim.desc.kind for cp in compiled for prim in cp.primitives]
+    return kinds, plan, tensors
 
 
 # -- statistics ----------------------------------------------------------------------------------

@@ -24,12 +24,13 @@ import statistics
 import time
 from pathlib import Path
 
+import _common as common
 import numpy as np
 import trio
 
 import triodnn
 from triodnn import StreamFlags
-from triodnn.graph import Graph, LogicalTensor, Op, Tensor, _int8_matmul, from_dict
+from triodnn.graph import Graph, LogicalTensor, Op, _int8_matmul, from_dict
 from triodnn.graph import _compiled_partition as compiled_partition
 from triodnn.kernels import quantized_matmul
 from triodnn.testing._driver import make_inputs, reference_outputs
@@ -75,18 +76,7 @@ async def bench(name, graph, engine, repeat):
     stream = await engine.stream(StreamFlags.in_order)
     variants = {}
     for fused in (True, False):
-        cps = await compile_all(graph, engine, fused)
-        kinds = [prim.desc.kind for cp in cps for prim in cp.primitives]
-        tensors = {}
-        for lt_ in graph.input_tensors():
-            tensors[lt_.id] = await Tensor.from_numpy(lt_, engine, arrays[lt_.id])
-        plan = []
-        for cp in cps:
-            outs = [Tensor(o, engine) for o in cp.outputs]
-            for t in outs:
-                tensors[t.logical_tensor.id] = t
-            plan.append((cp, [tensors[i.id] for i in cp.inputs], outs))
-        variants[fused] = (kinds, plan, tensors)
+        variants[fused] = await common.bind_graph(graph, engine, await compile_all(graph, engine, fused), arrays)
 
     async def once(plan):
         event = None

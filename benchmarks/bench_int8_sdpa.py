@@ -21,13 +21,14 @@ import statistics
 import time
 from pathlib import Path
 
+import _common as common
 import numpy as np
 import trio
 
 import triodnn
 from triodnn import StreamFlags
-from triodnn.graph import Tensor, from_dict
 from triodnn.graph import _compiled_partition as compiled_partition
+from triodnn.graph import from_dict
 from triodnn.testing._driver import compare, make_inputs, reference_outputs
 
 MHA = Path(__file__).resolve().parents[1].parent / "shared" / "graphs" / "benchdnn" / "complex_fusion" / "mha"
@@ -57,18 +58,7 @@ async def compile_all(graph, engine, quantized_sdpa: bool):
 
 
 async def prepare(graph, engine, quantized_sdpa: bool, arrays):
-    cps = await compile_all(graph, engine, quantized_sdpa)
-    tensors = {}
-    for lt in graph.input_tensors():
-        tensors[lt.id] = await Tensor.from_numpy(lt, engine, arrays[lt.id])
-    plan = []
-    for cp in cps:
-        outs = [Tensor(o, engine) for o in cp.outputs]
-        for t in outs:
-            tensors[t.logical_tensor.id] = t
-        plan.append((cp, [tensors[i.id] for i in cp.inputs], outs))
-    kinds = [prim.desc.kind for cp in cps for prim in cp.primitives]
-    return kinds, plan, tensors
+    return await common.bind_graph(graph, engine, await compile_all(graph, engine, quantized_sdpa), arrays)
 
 
 async def check(name, graph, tensors, want, kinds_of):
