@@ -56,17 +56,28 @@ def _lanes(ptr: str, base: str, step: int, guard) -> str:
         for lane in range(LANES)) + ")"
 
 
+def _narrow_f32(desc: ConvolutionDesc, config: KernelConfig) -> bool:
+    """The CPU shape on an 8-float SIMD device, every tensor f32, no quantization: what both
+    kernels of this module need."""
+    if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
+        return False
+    tensors = (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ())
+    return (config.vector_width >= 16 and config.native_vector_width < 16
+            and all(md.dtype == "f32" for md in tensors))
+
+
+def _depthwise(desc: ConvolutionDesc) -> bool:
+    """One input and one output channel per group."""
+    return desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
+
+
 def applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
     """CPU shape on an 8-float SIMD device, f32 everywhere, channels contiguous in src and dst,
     output channels contiguous in the weights, 16+ output channels in one group or depthwise (one
     channel per group), no quantization."""
-    if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
+    if not (_narrow_f32(desc, config) and desc.weights.dims[0] >= LANES):
         return False
-    f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
-    depthwise = desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
-    if not (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and desc.weights.dims[0] >= LANES):
-        return False
-    if depthwise:  # src and weights read 16 channels at once
+    if _depthwise(desc):  # src and weights read 16 channels at once
         return desc.src.strides[1] == 1 and desc.weights.strides[0] == 1
     if desc.groups != 1:
         return False
@@ -259,11 +270,7 @@ def depthwise_rows_applies(desc: ConvolutionDesc, config: KernelConfig) -> bool:
     """Depthwise 2D convolution over rows contiguous along W (NCHW), f32, on an 8-float SIMD
     device, where the direct kernel's row vectors do not apply (stride along W above 1, or rows
     shorter than 16)."""
-    if desc.src_quant is not None or desc.weights_quant is not None or desc.dst_quant is not None:
-        return False
-    f32 = all(md.dtype == "f32" for md in (desc.src, desc.weights, desc.dst) + ((desc.bias,) if desc.bias else ()))
-    depthwise = desc.groups > 1 and desc.weights.dims[1] == 1 and desc.groups == desc.weights.dims[0]
-    return (config.vector_width >= 16 and config.native_vector_width < 16 and f32 and depthwise
+    return (_narrow_f32(desc, config) and _depthwise(desc)
             and len(desc.src.dims) == 4 and desc.src.strides[-1] == 1 and desc.dst.strides[-1] == 1
             and (desc.strides[-1] > 1 or desc.dst.dims[-1] < LANES))
 
