@@ -95,6 +95,8 @@ def extra_args(parser) -> None:
                              "N queued runs (OpenCL profiling / CUDA events; host peers: wall)")
     parser.add_argument("--family", action="append", choices=FAMILIES,
                         help="family to run (repeatable; default all)")
+    parser.add_argument("--row", action="append", metavar="TEXT",
+                        help="only rows whose label contains TEXT (repeatable: any of them)")
     parser.add_argument("--max-elements", type=int, default=None,
                         help="skip rows whose largest tensor has more elements than this")
     parser.add_argument("--runs", type=int, default=None, help="most queued runs per sample, N (default 20, quick 5)")
@@ -694,6 +696,8 @@ async def run(args):
         for family in families:
             rows_out = []
             for label, build in ROW_PLANS[family](device == "gpu", args.quick, rng):
+                if args.row and not any(text in label for text in args.row):
+                    continue
                 try:
                     row = build()
                     label = row.label
