@@ -46,6 +46,11 @@ def local_memory_bytes(source: str) -> int:
     )
 
 
+# Elements per work-item of the flat and row kernels on GPUs, from this many elements. One float
+# per work-item ran relu / gelu_erf at 0.70-0.80x the copy bandwidth at 16M-64M elements on an
+# H100 (bench_sweep.py); torch's vectorised kernels were at the copy's speed.
+GPU_VECTOR, GPU_VECTOR_MIN = 4, 1 << 20
+
 VECTOR_TYPES: dict[int, str] = {1: "float", 2: "float2", 4: "float4", 8: "float8", 16: "float16"}
 
 

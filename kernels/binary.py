@@ -2,10 +2,13 @@
 and its reference. The algorithms' OpenCL C and numpy formulas live in ``_elementwise``, which
 post-op chains of every kind share.
 
-Shapes are aligned from the right, as numpy does; a dimension of 1 broadcasts. Three code paths:
+Shapes are aligned from the right, as numpy does; a dimension of 1 broadcasts. Four code paths:
 all tensors dense with one layout (flat, vectorised), ``src1`` (or ``src2``) a single value
-broadcast over a dense ``src0`` (flat, vectorised), and the general case (one element per
-work-item, offsets by index arithmetic with stride 0 on broadcast dimensions).
+broadcast over a dense ``src0`` (flat, vectorised), rows (``_row_vector``: a row-major dst whose
+last dimension every source either reads contiguously or broadcasts, e.g. a bias row or a
+per-row column; vectorised along the row, offsets by index arithmetic per vector), and the
+general case (one element per work-item, offsets by index arithmetic with stride 0 on broadcast
+dimensions).
 
 Comparisons (``ge gt le lt eq ne``) write 1.0 or 0.0, as oneDNN's binary comparisons do in f32; a
 NaN operand compares false except for ``ne``. ``select`` is oneDNN's ``binary_select``:
@@ -34,7 +37,17 @@ from ._elementwise import EXACT as EXACT
 from ._elementwise import binary_expression
 from ._post_ops import aligned_strides
 from ._registry import register
-from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, is_dense, padded_global
+from ._spec import (
+    GPU_VECTOR,
+    GPU_VECTOR_MIN,
+    VECTOR_TYPES,
+    KernelConfig,
+    KernelSpec,
+    dense_strides,
+    index_code,
+    is_dense,
+    padded_global,
+)
 
 # The algorithms the kernels implement are exactly the descriptors' vocabulary.
 if _elementwise.BINARY_ALGORITHMS != BINARY_ALGORITHMS:
@@ -44,6 +57,27 @@ if _elementwise.BINARY_ALGORITHMS != BINARY_ALGORITHMS:
 
 # The names this module has always had (tests use them).
 ALGORITHMS = BINARY_ALGORITHMS
+
+
+def _row_vector(dims: tuple[int, ...], dst_strides: tuple[int, ...], aligned: dict, n: int,
+                config: KernelConfig) -> int:
+    """Elements per work-item of the row path, or 0 where it does not apply: dst row-major and
+    dense, every source's last dimension contiguous (stride 1, its other strides whole vectors)
+    or broadcast (stride 0), and the row a multiple of the vector. The vector is the CPU's
+    ``vector_width`` (float16: PoCL keeps per-element work scalar otherwise), or GPU_VECTOR from
+    GPU_VECTOR_MIN elements as the flat eltwise takes; halved until it divides the row.
+
+    Why: the general path's one element per work-item ran a broadcast add (65536 x 1024 plus a
+    1 x 1024 row) at 0.68x the copy bandwidth on an H200 (bench_sweep.py --family memory)."""
+    vec = config.vector_width if config.vector_width > 1 else (GPU_VECTOR if n >= GPU_VECTOR_MIN else 1)
+    while vec > 1 and dims[-1] % vec:
+        vec //= 2
+    if vec < 2 or len(dims) < 2 or tuple(dst_strides) != dense_strides(dims):
+        return 0
+    for strides in aligned.values():
+        if strides[-1] not in (0, 1) or (strides[-1] == 1 and any(s % vec for s in strides[:-1])):
+            return 0
+    return vec
 
 
 def generate(desc: BinaryDesc, config: KernelConfig) -> KernelSpec:
@@ -79,7 +113,44 @@ def generate(desc: BinaryDesc, config: KernelConfig) -> KernelSpec:
     flat = flat and access is not None
     po_names = _post_ops.arg_names(post_ops)
     types: tuple[str, ...] = ("float",)
-    if flat and access is not None:  # flat: the operands' access is known
+    row_vec = 0
+    if not flat:
+        row_access = _post_ops.operand_access(post_ops, dims, dst_strides) if is_dense(dims, dst_strides) else None
+        if row_access is not None:
+            row_vec = _row_vector(dims, dst_strides, aligned, n, config)
+    if row_vec:
+        vec, vec_type = row_vec, VECTOR_TYPES[row_vec]
+        work_items = n // vec
+        # Sources laid out as dst read vector i; the others from offsets of the vector's first
+        # element (the row's vectors as the last dimension, so no division by the vector).
+        located = {name: aligned[name] for name in inputs if aligned[name] != dst_strides}
+        offsets = index_code(
+            dims[:-1] + (dims[-1] // vec,),
+            {name: strides[:-1] + (strides[-1] * vec,) for name, strides in located.items()}, "i"
+        ) if located else ""
+
+        def row_load(name: str) -> str:
+            dtype = dtypes[name]
+            if name not in located:
+                return _dtype_io.load_vector(dtype, name, "i", vec_type, vec)
+            if located[name][-1] == 0:
+                return f"(({vec_type})({_dtype_io.load(dtype, name, f'off_{name}')}))"
+            if dtype == "f32":
+                return f"(*(__global const {vec_type}*)({name} + off_{name}))"
+            return f"(({vec_type})({', '.join(_dtype_io.load(dtype, name, f'off_{name} + {k}UL') for k in range(vec))}))"
+
+        types = ("float", vec_type)
+        apply_vec, _ = _dtype_io.apply_post_ops_flat(post_ops, "v", vec_type, vec, row_access, dtypes["dst"])
+        body = f"""
+    const ulong i = get_global_id(0);
+    if (i >= {work_items}UL) return;
+    {offsets}
+    {" ".join(f"const {vec_type} {values[name]} = {row_load(name)};" for name in inputs)}
+    {vec_type} v = {binary_expression(alg, vec_type)};
+    {apply_vec}
+    {_dtype_io.store_vector(dtypes["dst"], "dst", "i", vec_type, vec, "v")}"""
+        impl = f"ocl:rows:v{vec}l{local}"
+    elif flat and access is not None:  # flat: the operands' access is known
         vec = config.vector_width
         vec_type = VECTOR_TYPES[vec]
         full, tail = divmod(n, vec)

@@ -32,6 +32,8 @@ from . import _dtype_io, _elementwise, _post_ops, tolerance
 from ._elementwise import TRANSCENDENTAL as TRANSCENDENTAL
 from ._elementwise import eltwise_function
 from ._registry import register
+from ._spec import GPU_VECTOR as GPU_VECTOR
+from ._spec import GPU_VECTOR_MIN as GPU_VECTOR_MIN
 from ._spec import VECTOR_TYPES, KernelConfig, KernelSpec, index_code, is_dense, padded_global
 
 # The algorithms the kernels implement are exactly the descriptors' vocabulary.
@@ -46,7 +48,6 @@ DEFAULTS = ELTWISE_DEFAULTS
 parameters = eltwise_parameters
 
 
-GPU_VECTOR, GPU_VECTOR_MIN = 4, 1 << 20  # elements per work-item on GPUs, from this many elements
 
 def generate(desc: EltwiseDesc, config: KernelConfig) -> KernelSpec:
     """OpenCL source computing ``desc.alg`` from ``src`` into ``dst`` (may be one buffer when they
@@ -71,10 +72,7 @@ def generate(desc: EltwiseDesc, config: KernelConfig) -> KernelSpec:
     if flat and access is not None:  # flat: the operands' access is known
         vec = config.vector_width
         if vec == 1 and n >= GPU_VECTOR_MIN:
-            # GPU configuration, large tensors: float4 per work-item. One float per work-item
-            # ran relu / gelu_erf at 0.70-0.80x the copy bandwidth at 16M-64M elements on an
-            # H100 (bench_sweep.py); torch's vectorised kernels were at the copy's speed.
-            vec = GPU_VECTOR
+            vec = GPU_VECTOR  # GPU configuration, large tensors (see GPU_VECTOR)
         full, tail = divmod(n, vec)
         work_items = full + (1 if tail else 0)
         vec_type = VECTOR_TYPES[vec]
