@@ -119,6 +119,8 @@ TILES: dict[str, Tile] = {name: _tile(name) for name in (
     "32x32x16:r4x4:s4",
     "32x64x16:r4x4:s2",
     "64x32x16:r4x4:s2",
+    "128x16x32:r4x4",
+    "64x16x16:r4x4:s4",
 )}
 
 # The default choice: the first of these (largest first) giving at least MIN_GROUPS work-groups,
@@ -142,13 +144,30 @@ SMALL_PREFERENCE: tuple[str, ...] = ("32x32x16:r4x4:s4", "32x64x16:r4x4:s2", "32
                                      "16x64x32:r4x4")
 
 
+# Narrow dst (N of 13-16, M of 128 or more: a tall-skinny product, e.g. a projection to 16
+# features): 16-column tiles, taken in this order as SMALL_PREFERENCE's are. Measured on an H200
+# (tall_tiles.py, device us, median of 7 samples of 20 runs; torch fp32 TF32 off): 65536x1024x16
+# 128x16x32:r4x4 108 against 505 for the 4 x 4 register blocks before (torch 197); 16384x1024x16
+# 45 against the K-split skinny kernel's 60 (64x16x16:r4x4:s4 35; torch 64); 65536x256x16 32
+# against 119 (torch 38). 128x16x16:r8x4, 64x16x16:r4x4, 128x16x32:r8x4 and 256x16x16:r16x4 were
+# 1.1-2.6x slower than these. At N = 24 (8192x4096x24) two 16-column tiles were 0.23-0.68x torch,
+# behind the skinny kernel (0.54x), so N past 16 keeps the kernels it had.
+NARROW_PREFERENCE: tuple[str, ...] = ("128x16x32:r4x4", "64x16x16:r4x4:s4")
+NARROW_COLUMNS = (13, 16)  # N range of the narrow tiles: at most a quarter of their columns idle
+NARROW_MIN_ROWS = 128
+
+
+def _narrow(m: int, n: int) -> bool:
+    return NARROW_COLUMNS[0] <= n <= NARROW_COLUMNS[1] and m >= NARROW_MIN_ROWS
+
+
 def applies(m: int, n: int, config: KernelConfig) -> bool:
     """Whether ``matmul.generate`` hands this problem to this generator: GPU shape (vector width
     1), work-groups of 64+, local memory for the smallest PREFERENCE tile, and dst at least 32 x 32
-    and 64 x 64 elements in all."""
+    and 64 x 64 elements in all, or narrow (NARROW_PREFERENCE)."""
     smallest = min(TILES[name].local_bytes() for name in PREFERENCE)
     return (config.vector_width == 1 and config.local_size >= 64 and config.local_memory >= smallest
-            and m >= 32 and n >= 32 and m * n >= 64 * 64)
+            and (m >= 32 and n >= 32 and m * n >= 64 * 64 or _narrow(m, n)))
 
 
 def splits_k(tile: Tile, k: int) -> bool:
@@ -159,6 +178,14 @@ def splits_k(tile: Tile, k: int) -> bool:
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig, k: int | None = None) -> Tile:
     groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
     fits = lambda t: t.threads <= config.local_size and t.local_bytes() <= config.local_memory  # noqa: E731
+    if _narrow(m, n):
+        narrow = [TILES[name] for name in NARROW_PREFERENCE if fits(TILES[name])
+                  and (k is not None and splits_k(TILES[name], k) or TILES[name].ks == 1)]
+        for tile in narrow:
+            if groups(tile) >= MIN_GROUPS:
+                return tile
+        if narrow:
+            return max(narrow, key=lambda t: (groups(t) * t.threads, groups(t)))
     fitting = [TILES[name] for name in PREFERENCE if fits(TILES[name])]
     for tile in fitting:
         if groups(tile) >= MIN_GROUPS:

@@ -181,6 +181,15 @@ def test_dispatch_and_impl_names():
     assert odd.impl == "ocl:gemm_tiled:32x32x32:r4x4:l8x8"
     mid = matmul.generate(MatmulDesc(MemoryDesc((1024, 1024)), MemoryDesc((1024, 1024))), GPU)
     assert mid.impl.startswith("ocl:gemm_tiled:128x64x16:r8x8")
+    # Tall and 13-16 columns wide: the 16-column tiles (the split one where the unsplit gives few
+    # work-groups and K splits); 17+ columns and short ones keep the kernels they had.
+    def tall(m, k, n):
+        return matmul.generate(MatmulDesc(MemoryDesc((m, k)), MemoryDesc((k, n))), GPU).impl
+    assert tall(65536, 1024, 16) == "ocl:gemm_tiled:128x16x32:r4x4:l4x32"
+    assert tall(1000, 100, 13) == "ocl:gemm_tiled:128x16x32:r4x4:l4x32"
+    assert tall(256, 64, 16) == "ocl:gemm_tiled:64x16x16:r4x4:l4x16:s4"
+    assert tall(8192, 4096, 24).startswith("ocl:skinny:")
+    assert tall(100, 64, 16).startswith("ocl:regblock:4x4") and tall(4096, 64, 12).startswith("ocl:regblock:4x4")
     # Narrow or small dst, or a CPU configuration: the existing kernels.
     assert matmul.generate(MatmulDesc(MemoryDesc((16, 64)), MemoryDesc((64, 512))), GPU).impl.startswith("ocl:regblock:4x4")
     assert matmul.generate(MatmulDesc(MemoryDesc((40, 64)), MemoryDesc((64, 40))), GPU).impl.startswith("ocl:regblock:4x4")
