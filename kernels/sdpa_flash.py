@@ -47,10 +47,16 @@ def flash_shape(desc: SdpaDesc, config: KernelConfig) -> tuple[int, int] | None:
     d4, dv4 = up4(desc.query.dims[-1]), up4(desc.value.dims[-1])
     if not plain or config.vector_width != 1 or config.local_size < LOCAL or max(d4, dv4) > MAX_HEAD:
         return None
-    br, bc = (64, 32) if max(d4, dv4) <= 64 else (32, 32)
-    if _local_floats(br, bc, d4, dv4) * 4 > config.local_memory:
-        return None
-    return br, bc
+    # Head sizes over 64: 64 query rows against 16-key tiles where local memory holds them (48384
+    # bytes at 128: NVIDIA's 48 KiB), else 32 x 32. Measured on an H200 (bench_sweep.py --family
+    # sdpa --row d128, the four head-size-128 rows): 64 x 16 took 0.86-0.87x the time of 32 x 32
+    # (0.38-0.40x torch's fused SDPA against 0.33-0.38x): each work-item holds 4 x 8 of O, so a
+    # key's p and V reads serve 32 FMAs instead of 16, for twice the tiles' barriers.
+    shapes = ((64, 32),) if max(d4, dv4) <= 64 else ((64, 16), (32, 32))
+    for br, bc in shapes:
+        if _local_floats(br, bc, d4, dv4) * 4 <= config.local_memory:
+            return br, bc
+    return None
 
 
 def _local_floats(br: int, bc: int, d4: int, dv4: int) -> int:
@@ -147,6 +153,11 @@ def generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale,
     if oc_n in vec and dv4 % oc_n == 0 and tx_n * oc_n == dv4:
         vreads = f"const {vec[oc_n]} v = *(__local {vec[oc_n]}*)(kv + j * {vp}u + tx * {oc_n}u);"
         vname = (lambda j: f"v.s{j}") if oc_n > 1 else (lambda j: "v")
+    elif oc_n == 8 and tx_n * oc_n == dv4:
+        # Two float4 reads (PoCL crashed building a float8 read of __local memory).
+        vreads = " ".join(f"const float4 v{h} = *(__local float4*)(kv + j * {vp}u + tx * 8u + {4 * h}u);"
+                          for h in range(2))
+        vname = lambda j: f"v{j // 4}.s{j % 4}"  # noqa: E731
     else:
         vreads = " ".join(f"const float v{j} = ({c} < {dv4}u) ? kv[j * {vp}u + {c}] : 0.0f;" for j, c in cols)
         vname = lambda j: f"v{j}"  # noqa: E731

@@ -351,14 +351,17 @@ def test_generation_is_deterministic_and_bakes_the_shape(config):
 
 
 def test_gpu_kernel_choice():
-    """The flash kernel for plain scores on work-groups of 256 (64-row blocks up to head size 64,
-    32-row ones up to 128); the split kernel where q and O fit in registers and work-groups of
+    """The flash kernel for plain scores on work-groups of 256 (64-row blocks of 32 keys up to
+    head size 64; up to 128, 64 rows of 16 keys where local memory holds them, else 32 x 32, else
+    none); the split kernel where q and O fit in registers and work-groups of
     64+ are allowed, or for the score variants flash lacks; else the one-row-per-work-item kernel."""
     def impl(d, dv, skv=128, config=GPU, **kwargs):
         return generate(SdpaDesc(MemoryDesc((1, 8, 128, d)), MemoryDesc((1, 8, skv, d)),
                                  MemoryDesc((1, 8, skv, dv)), **kwargs), config).impl
     assert impl(64, 64) == "ocl:sdpa:flash:q64:k32:l256"
-    assert impl(128, 128) == "ocl:sdpa:flash:q32:k32:l256"
+    assert impl(128, 128) == "ocl:sdpa:flash:q64:k16:l256"
+    assert impl(128, 128, config=attrs.evolve(GPU, local_memory=44 * 1024)) == "ocl:sdpa:flash:q32:k32:l256"
+    assert not impl(128, 128, config=attrs.evolve(GPU, local_memory=32 * 1024)).startswith("ocl:sdpa:flash")
     assert impl(64, 64, softcap=MemoryDesc((1,)), scale=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k64:l256"
     assert impl(64, 64, skv=20, softcap=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k32:l256"
     assert impl(96, 96, softcap=MemoryDesc((1,))) == "ocl:sdpa:wgsplit:q16x16:k32:l256"  # tiles halved to fit
@@ -368,14 +371,16 @@ def test_gpu_kernel_choice():
     assert impl(64, 64, config=NARROW).startswith("ocl:sdpa:wg:")
 
 
-async def test_gpu_large_head(engine, rng):
-    """Head size 128: the flash kernel's 32-row blocks (one key per work-item in the scores)."""
-    engine._config = GPU
+@pytest.mark.parametrize("local_kib, blocks", [(48, "q64:k16"), (44, "q32:k32")])
+async def test_gpu_large_head(engine, rng, local_kib, blocks):
+    """Head size 128: the flash kernel's blocks for the local memory (one key per work-item in the
+    scores; 4 x 8 of O per work-item, read as two float4 of V, in 64 x 16)."""
+    engine._config = attrs.evolve(GPU, local_memory=local_kib * 1024)
     q, k, v = values(rng, (1, 1, 20, 128)), values(rng, (1, 1, 45, 128)), values(rng, (1, 1, 45, 128))
     mask = values(rng, (1, 1, 20, 45))
     desc = SdpaDesc(MemoryDesc(q.shape), MemoryDesc(k.shape), MemoryDesc(v.shape), mask=MemoryDesc(mask.shape),
                     causal="top_left")
     primitive = await engine.create_primitive(desc)
-    assert primitive.impl.startswith("ocl:sdpa:flash:q32:")
+    assert primitive.impl.startswith(f"ocl:sdpa:flash:{blocks}:")
     got = await run(engine, desc, {"query": q, "key": k, "value": v, "mask": mask}, primitive)
     check(got, sdpa.reference(q, k, v, mask=mask, causal="top_left"))
