@@ -146,7 +146,7 @@ SMALL_PREFERENCE: tuple[str, ...] = ("32x32x16:r4x4:s4", "32x64x16:r4x4:s2", "32
 
 # Narrow dst (N of 13-16, M of 128 or more: a tall-skinny product, e.g. a projection to 16
 # features): 16-column tiles, taken in this order as SMALL_PREFERENCE's are. Measured on an H200
-# (tall_tiles.py, device us, median of 7 samples of 20 runs; torch fp32 TF32 off): 65536x1024x16
+# (benchmarks/tune_matmul_tiles.py, device us, median of 7 samples of 20 runs; torch fp32 TF32 off): 65536x1024x16
 # 128x16x32:r4x4 108 against 505 for the 4 x 4 register blocks before (torch 197); 16384x1024x16
 # 45 against the K-split skinny kernel's 60 (64x16x16:r4x4:s4 35; torch 64); 65536x256x16 32
 # against 119 (torch 38). 128x16x16:r8x4, 64x16x16:r4x4, 128x16x32:r8x4 and 256x16x16:r16x4 were
