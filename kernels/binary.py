@@ -114,11 +114,12 @@ def generate(desc: BinaryDesc, config: KernelConfig) -> KernelSpec:
     po_names = _post_ops.arg_names(post_ops)
     types: tuple[str, ...] = ("float",)
     row_vec = 0
-    if not flat:
-        row_access = _post_ops.operand_access(post_ops, dims, dst_strides) if is_dense(dims, dst_strides) else None
+    row_access = None
+    if not flat and is_dense(dims, dst_strides):
+        row_access = _post_ops.operand_access(post_ops, dims, dst_strides)
         if row_access is not None:
             row_vec = _row_vector(dims, dst_strides, aligned, n, config)
-    if row_vec:
+    if row_vec and row_access is not None:
         vec, vec_type = row_vec, VECTOR_TYPES[row_vec]
         work_items = n // vec
         # Sources laid out as dst read vector i; the others from offsets of the vector's first
