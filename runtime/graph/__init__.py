@@ -14,7 +14,8 @@ Compiled partitions are cached process-wide (``get/set_compiled_partition_cache_
 uploaded once per engine (``get/set_constant_tensor_cache_capacity``,
 ``constant_tensor_cache_statistics``, ``clear_constant_tensor_cache``). Whole graphs run as
 DAGs on one stream through ``compile_graph``'s ``GraphRunner``: ``await runner.run(stream, inputs)``, or many requests with
-``async with runner.map(inputs, stream=stream) as results: async for outputs in results: ...``.
+``async with runner.map(inputs, stream=stream) as results: async for outputs in results: ...``;
+over several engines through ``compile_graph_pool``'s ``EnginePool`` (``pool.map(inputs)``).
 """
 
 from ._compile_graph import compile_graph
@@ -33,6 +34,14 @@ from ._constant_cache import (
     set_constant_tensor_cache_capacity,
 )
 from ._dynamic import DynamicGraphRunner
+from ._engine_pool import (
+    ENGINE_FAILURES,
+    EnginePool,
+    EnginePoolStatistics,
+    EngineStatistics,
+    PoolResult,
+    compile_graph_pool,
+)
 from ._execution import GraphRunner, GraphRunnerStatistics
 from ._graph import Graph
 from ._handlers import Handler, MissingHandlerError
@@ -46,6 +55,12 @@ from ._tensor import Tensor
 
 __all__ = [
     "CompiledPartition",
+    "ENGINE_FAILURES",
+    "EnginePool",
+    "EnginePoolStatistics",
+    "EngineStatistics",
+    "PoolResult",
+    "compile_graph_pool",
     "CompiledPartitionCacheStatistics",
     "ConstantTensorCacheStatistics",
     "Graph",

@@ -100,11 +100,11 @@ class DynamicGraphRunner:
         """``GraphRunner.map``; each request runs on the runner of its inputs' shapes."""
         check_stream(stream, self.engine)
         deps = list(check_deps(deps))
+        return Pipeline(inputs, lambda item: self._request(stream, item, deps, as_tensors), max_in_flight)
 
-        def start(item) -> _Request:
-            return _Request(self, stream, item, deps, as_tensors)
-
-        return Pipeline(inputs, start, max_in_flight)
+    def _request(self, stream, item, deps, as_tensors) -> _Request:
+        """One ``map`` request (also an engine pool's), run on its shapes' runner."""
+        return _Request(self, stream, item, list(deps), as_tensors)
 
     def _key(self, inputs) -> tuple:
         if not isinstance(inputs, collections.abc.Mapping):

@@ -37,9 +37,10 @@ _USAGE = ("async with runner.map(inputs, stream=stream, max_in_flight=4) as resu
 
 
 class _Request(Protocol):
-    """One request as the pipeline starts it: ``GraphRunner``'s execution of one input dict."""
+    """One request as the pipeline starts it: ``GraphRunner``'s execution of one input dict
+    (its outputs dict), or an engine pool's request (a ``PoolResult``)."""
 
-    async def run(self) -> dict: ...
+    async def run(self) -> Any: ...
 
 
 @attrs.frozen
@@ -61,15 +62,17 @@ class _Slot:
     """A request's place in the order: its result (or error) once done, or the end marker."""
 
     done: trio.Event = attrs.field(factory=trio.Event)
-    result: dict | None = None
+    result: Any = None
     error: BaseException | None = None
     end: bool = False
     handed: bool = False
 
     def discard(self) -> None:
-        """Free the Tensors of a result nobody will take."""
+        """Free the Tensors of a result nobody will take (an outputs dict, or a result object
+        holding one as ``outputs``: an engine pool's ``PoolResult``)."""
         if self.result is not None and not self.handed:
-            for value in self.result.values():
+            outputs = self.result if isinstance(self.result, dict) else getattr(self.result, "outputs", None)
+            for value in (outputs or {}).values():
                 if isinstance(value, Tensor):
                     value.memory.release()
             self.result = None
@@ -267,7 +270,7 @@ class Pipeline:
             )
         return self
 
-    async def __anext__(self) -> dict:
+    async def __anext__(self) -> Any:
         if self._state == "new":
             self.__aiter__()
         if self._state == "closed":
