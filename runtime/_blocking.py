@@ -46,7 +46,7 @@ from ._primitive import Primitive
 from ._runtime import Runtime, open_runtime
 from ._stream import Stream
 from ._values._errors import ClosedError, InvalidArgumentError
-from .graph import CompiledPartition, DynamicGraphRunner, GraphRunner, Partition, Pipeline, Tensor
+from .graph import CompiledPartition, DynamicGraphRunner, EnginePool, GraphRunner, Partition, Pipeline, Tensor
 
 
 class BlockingPortal:
@@ -277,7 +277,7 @@ def _live_classes() -> tuple[type, ...]:
     (a partition compiles). Values (descriptors, identities, statistics, logical tensors) and
     the pure-Python graph (graphs, ops) pass unwrapped."""
     return (Runtime, Engine, Stream, Event, Memory, Primitive, Partition, CompiledPartition,
-            GraphRunner, DynamicGraphRunner, Pipeline, Tensor)
+            GraphRunner, DynamicGraphRunner, EnginePool, Pipeline, Tensor)
 
 
 class Blocking:

@@ -46,6 +46,7 @@ from .._values._errors import (
     ExecutionError,
     InvalidArgumentError,
 )
+from ._compile_graph import _compile_graph
 from ._pipeline import Pipeline
 from ._tensor import Tensor
 
@@ -222,16 +223,25 @@ class EnginePool:
         (``result.engine``), the caller's to release."""
         as_tensors = as_tensors if isinstance(as_tensors, bool) else frozenset(as_tensors)
         counter = iter(range(1 << 62))
+        return Pipeline(inputs, lambda item: self._start(item, next(counter), as_tensors),
+                        sum(lane.capacity for lane in self._lanes))
 
-        def start(item) -> _PoolRequest:
-            lane = self._route(item)
-            request = lane.runner._request(lane.stream, item, (), as_tensors)
-            lane.routed += 1
-            lane.running += 1
-            lane.peak_running = max(lane.peak_running, lane.running)
-            return _PoolRequest(lane, next(counter), request)
+    async def run(self, inputs, *, as_tensors: bool | collections.abc.Iterable[int] = False) -> dict:
+        """One request on the engine with the most room: its outputs, or its error raised (an
+        engine-level one takes the engine out of the rotation, as in ``map``). Any number of
+        tasks may call it at once; each engine's capacity is not enforced here, only used to
+        choose."""
+        as_tensors = as_tensors if isinstance(as_tensors, bool) else frozenset(as_tensors)
+        result: PoolResult = await self._start(inputs, 0, as_tensors).run()
+        return result.unwrap()
 
-        return Pipeline(inputs, start, sum(lane.capacity for lane in self._lanes))
+    def _start(self, item, index: int, as_tensors) -> _PoolRequest:
+        lane = self._route(item)
+        request = lane.runner._request(lane.stream, item, (), as_tensors)
+        lane.routed += 1
+        lane.running += 1
+        lane.peak_running = max(lane.peak_running, lane.running)
+        return _PoolRequest(lane, index, request)
 
     def _route(self, item) -> _Lane:
         pinned = _pinned_engine(item)
@@ -267,8 +277,6 @@ async def compile_graph_pool(graph, engines: Sequence[Engine], *, policy: str = 
     """``compile_graph`` for each of ``engines`` at once, and an ``EnginePool`` over the runners.
     Each engine gets a new in-order stream unless ``streams`` gives one per engine; ``capacity``
     as ``EnginePool``'s. The other arguments are ``compile_graph``'s, for every engine."""
-    from ._compile_graph import _compile_graph
-
     engines = list(engines)
     if not engines or not all(isinstance(e, Engine) for e in engines):
         raise InvalidArgumentError(f"engines is {engines!r}; expected a non-empty list of engines")
