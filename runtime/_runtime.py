@@ -15,8 +15,11 @@ import trio
 from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
+from ._values import _cache_blob
 from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._values._keys import DeviceIdentity
 from ._verbose import VERBOSE
+from ._version import __version__
 from .actors import (
     CacheActor,
     CompletionActor,
@@ -42,6 +45,15 @@ def current_runtime() -> Runtime:
     if runtime is None or runtime.closed:
         raise ClosedError("no open triodnn runtime here; use `async with triodnn.open_runtime():`")
     return runtime
+
+
+def _blob_split(blob: bytes, facts: dict) -> bool | None:
+    """Whether the kernels of a cache blob made for this device pass float16 calls split (their
+    configurations record the answer of the device's probe); None for a blob of no entries.
+    ``CacheBlobError`` for a blob of another device or triodnn version."""
+    identity = DeviceIdentity.of(DeviceInfo(**facts, splits_float16_calls=False))
+    splits = {impl.key.config.split_float16_calls for impl in _cache_blob.load(blob, identity, __version__)}
+    return splits.pop() if len(splits) == 1 else None
 
 
 def parse_engine_spec(text: str) -> tuple[str, int]:
@@ -102,12 +114,20 @@ class Runtime:
         self._scratch_owners: weakref.WeakSet = weakref.WeakSet()
         self.closed = False
 
-    async def engine(self, kind: str | None = None, index: int | None = None) -> Engine:
+    async def engine(self, kind: str | None = None, index: int | None = None, *,
+                     cache_blob: bytes | None = None) -> Engine:
         """Open an engine (a new OpenCL context) on device ``kind:index``.
 
         With no arguments: ``$TRIODNN_ENGINE`` if set (``gpu:0`` …), else the first CPU device,
         PoCL's, which ``pyopencl[pocl]`` installs everywhere (the first device of any kind where
         no CPU device is registered).
+
+        ``cache_blob`` (``engine.primitive_cache_blob()`` of an engine on this device): checked
+        first (``CacheBlobError`` for another device or version, before any engine opens), then
+        loaded into the new engine as ``load_primitive_cache_blob`` does; the device facts its
+        entries record stand in for the probes a first engine of a process runs (the float16
+        call probe: a PoCL build, 0.7-0.9 s with PoCL's cache off), so a warm start compiles
+        nothing at all.
         """
         if kind is None:
             spec = os.environ.get(DEFAULT_ENGINE_ENV) or (
@@ -118,17 +138,25 @@ class Runtime:
         record = find_device(kind, 0 if index is None else index)
         # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
         # it off the trio thread.
+        split = None
+        if cache_blob is not None:
+            split = _blob_split(cache_blob, describe_device(record.device))
         context = await trio.to_thread.run_sync(cl.Context, [record.device])
-        return await self._open_engine(record.device, context, kind, record.index)
+        engine = await self._open_engine(record.device, context, kind, record.index, split=split)
+        if cache_blob is not None:
+            await engine.load_primitive_cache_blob(cache_blob)
+        return engine
 
     async def _open_engine(
-        self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None
+        self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None,
+        split: bool | None = None,
     ) -> Engine:
         self._check_open()
         facts = describe_device(device)
-        split = False
-        if facts["type"] == "cpu":  # CPU-shaped kernels pass float16 vectors to built-ins
-            split = await trio.to_thread.run_sync(float16_calls_split, device)
+        if split is None:
+            split = False
+            if facts["type"] == "cpu":  # CPU-shaped kernels pass float16 vectors to built-ins
+                split = await trio.to_thread.run_sync(float16_calls_split, device)
         info = DeviceInfo(**facts, splits_float16_calls=split)
         strategy = choose_out_of_order_strategy(
             vendor=info.vendor,

@@ -21,8 +21,9 @@ needs no cluster service of its own.
 
 In each worker process, ``TriodnnPlugin.setup`` starts a blocking portal (``start_blocking``: a
 runtime on a thread of its own, so the worker's event loop is never blocked by it), opens the
-named engines, loads each engine's cache blob (``Engine.load_primitive_cache_blob``: the
-primitives' binaries, so compiling the graphs builds nothing) and compiles every graph into an
+named engines with their cache blobs (``Runtime.engine(..., cache_blob=)``: the primitives'
+binaries, so compiling the graphs builds nothing, and the device facts the blob records, so the
+engine skips its probe builds) and compiles every graph into an
 ``EnginePool`` over the worker's engines. Task functions (``run_graph``, ``map_graph``) find the
 plugin through ``distributed.get_worker()`` and run requests through the portal; any number of
 the worker's threads may do so at once. ``teardown`` (the worker closing, the cluster shutting
@@ -141,11 +142,10 @@ class TriodnnPlugin(distributed.WorkerPlugin):
         start = time.perf_counter()
         portal = self._portal = start_blocking()
         try:
-            engines = [portal.engine() if spec is None else portal.engine(*_split(spec)) for spec in self.engines]
-            for spec, engine in zip(self.engines, engines):
-                blob = self.cache_blobs.get(spec) if spec is not None else None
-                if blob is not None:
-                    engine.load_primitive_cache_blob(blob)
+            # An engine opened with its blob loads it and skips the device probes it answers.
+            engines = [portal.engine() if spec is None else
+                       portal.runtime.engine(*_split(spec), cache_blob=self.cache_blobs.get(spec))
+                       for spec in self.engines]
             for name, text in self.graphs.items():
                 pool = portal.run(_graph.compile_graph_pool, _graph_from_json(text), engines,
                                   policy=self.policy, capacity=self.capacity)

@@ -78,8 +78,13 @@ CHILD = textwrap.dedent(
              enumerate(["relu", "gelu_tanh", "sigmoid"])]
 
     async def main(mode, path):
+        from triodnn.actors import _devices
         async with triodnn.open_runtime() as rt:
-            engine = await rt.engine()
+            if mode == "open":  # the engine opened with the blob: no probe build either
+                with open(path, "rb") as f:
+                    engine = await rt.engine(cache_blob=f.read())
+            else:
+                engine = await rt.engine()
             if mode == "load":
                 with open(path, "rb") as f:
                     await engine.load_primitive_cache_blob(f.read())
@@ -95,7 +100,8 @@ CHILD = textwrap.dedent(
                 with open(path, "wb") as f:
                     f.write(engine.primitive_cache_blob())
             stats = engine.statistics()
-            print(stats.programs_built, stats.programs_loaded)
+            print(stats.programs_built, stats.programs_loaded, engine.info.splits_float16_calls,
+                  len(_devices._float16_split))
 
     trio.run(main, sys.argv[1], sys.argv[2])
     """
@@ -109,10 +115,23 @@ def test_engine_blob_in_a_new_process_compiles_nothing(tmp_path):
     )
     saved = run("save")
     assert saved.returncode == 0, saved.stderr
-    assert saved.stdout.split() == ["3", "0"]
-    loaded = run("load")
+    built, loaded_count, split, probes = saved.stdout.split()
+    assert (built, loaded_count) == ("3", "0")
+    loaded = run("load")  # a CPU engine opened plainly runs its probe (probes == "1"), a GPU's none
     assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.split() == ["0", "3"]
+    assert loaded.stdout.split() == ["0", "3", split, probes]
+    # Opened with the blob: nothing built, the float16 answer taken from the blob, no probe run.
+    opened = run("open")
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.split() == ["0", "3", split, "0"]
+
+
+async def test_an_engine_opened_with_a_blob_of_another_device_is_refused_before_it_opens(rt, good_blob):
+    spoiled = rewrite_header(good_blob, lambda h: h["device"].update(driver="other"))
+    opened = len(rt._engines)
+    with pytest.raises(CacheBlobError, match="not this engine's"):
+        await rt.engine(cache_blob=spoiled)
+    assert len(rt._engines) == opened
 
 
 @pytest.fixture

@@ -1,0 +1,115 @@
+"""bench_pool: one request stream over several engines (``EnginePool.map``) against the first
+engine alone (issue 20).
+
+For bench_graph's MLP 64x1024 x3 and SDPA 1x8x128x64 (fused): N requests through a pool of the
+first engine alone, then through a pool of every engine given, each compiled with
+``compile_graph_pool`` (capacity requests in flight per engine). Timing: wall time of the whole
+stream of N requests (pulled as the pipeline's backpressure allows, awaited in input order), the
+two variants alternating, median of R; throughput = N / time. Every request's outputs are
+checked against numpy's float64 reference after timing (four input sets in turn). A repeated
+engine spec (``cpu:0,cpu:0``) opens the same device again in a context of its own: a separate
+engine, as a second card would be, but the same silicon.
+
+    python benchmarks/bench_pool.py --engines gpu:0,gpu:1            # two GPUs
+    python benchmarks/bench_pool.py --engines gpu:0,cpu:0            # a GPU and PoCL
+    python benchmarks/bench_pool.py --engines cpu:0,cpu:0 --quick    # the code path, any machine
+"""
+
+from __future__ import annotations
+
+import time
+
+import _common as common
+import bench_graph
+import pyopencl as cl
+import trio
+
+import triodnn
+from triodnn import ocl_interop
+from triodnn.graph import compile_graph_pool
+from triodnn.testing import make_inputs
+
+
+def extra_args(parser) -> None:
+    parser.add_argument("--engines", default="cpu:0,cpu:0", help="engine specs, comma-separated (first: the baseline)")
+    parser.add_argument("--requests", type=int, default=None, help="requests per stream, N (default 200, quick 20)")
+    parser.add_argument("--reps", type=int, default=None, help="streams per variant, R (default 5, quick 2)")
+    parser.add_argument("--capacity", type=int, default=4, help="requests in flight per engine")
+    parser.add_argument("--case", action="append", choices=("mlp", "sdpa"), help="graph (repeatable; default both)")
+
+
+async def open_engines(runtime, specs: list[str]) -> list:
+    engines, seen = [], set()
+    for spec in specs:
+        kind, _, index = spec.partition(":")
+        engine = await runtime.engine(kind, int(index or 0))
+        if id(engine) in seen:  # the same device again: a context of its own
+            engine = await ocl_interop.make_engine(engine.cl_device, cl.Context([engine.cl_device]))
+        seen.add(id(engine))
+        engines.append(engine)
+    return engines
+
+
+async def run(args):
+    n = args.requests or (20 if args.quick else 200)
+    reps = args.reps or (2 if args.quick else 5)
+    results, rows = {}, []
+    async with triodnn.open_runtime() as rt:
+        engines = await open_engines(rt, [s.strip() for s in args.engines.split(",")])
+        common.print_header("bench_pool: EnginePool.map over several engines vs the first alone", engines[0], args, [
+            f"engines: {', '.join(str(e) + ' ' + e.info.name.strip() for e in engines)}",
+            f"timing: wall time of a stream of {n} requests (capacity {args.capacity} per engine), "
+            f"variants alternating, median of {reps}"])
+        for case in args.case or ["mlp", "sdpa"]:
+            build = getattr(bench_graph, case)
+            graph = build()
+            sets = [make_inputs(graph, seed=s) for s in range(4)]
+            refs = [bench_graph.graph_reference(graph, arrays) for arrays in sets]
+            out_ids = [lt.id for lt in graph.output_tensors()]
+            pools = {
+                "one": await compile_graph_pool(graph, engines[:1], capacity=args.capacity),
+                "pool": await compile_graph_pool(graph, engines, capacity=args.capacity),
+            }
+            kept = {}
+
+            def variant(name):
+                async def sample():
+                    got = []
+                    t0 = time.perf_counter()
+                    async with pools[name].map(sets[i % 4] for i in range(n)) as stream_results:
+                        async for result in stream_results:
+                            got.append(result)
+                    elapsed = time.perf_counter() - t0
+                    kept[name] = got
+                    return elapsed
+                return sample
+
+            await variant("one")()  # warm both (first launches), then time
+            await variant("pool")()
+            samples = await common.interleaved({"one": variant("one"), "pool": variant("pool")}, reps)
+            for name, got in kept.items():
+                assert len(got) == n, f"{name}: {len(got)} results of {n}"
+                for i, result in enumerate(got):
+                    outputs = result.unwrap()
+                    for lt_id in out_ids:
+                        problem = bench_graph.mismatch(graph, refs[i % 4], lt_id, outputs[lt_id])
+                        if problem:
+                            raise SystemExit(f"{case}, {name}, request {i}: {problem}")
+            t_one, t_pool = common.median(samples["one"]), common.median(samples["pool"])
+            share = [s.routed for s in pools["pool"].statistics().engines]
+            rows.append([case, n / t_one, n / t_pool, t_one / t_pool, "/".join(map(str, share))])
+            results[case] = {"one_req_per_s": n / t_one, "pool_req_per_s": n / t_pool, "speedup": t_one / t_pool,
+                             "routed": share}
+        common.print_table(["graph", "first engine req/s", "pool req/s", "pool ÷ one", "requests per engine (pool)"],
+                           rows)
+        return results, engines[0]
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0], extra_args)
+    results, engine = trio.run(run, args)
+    common.write_json(args.json, "bench_pool", engine, args, results)
+
+
+if __name__ == "__main__":
+    main()
