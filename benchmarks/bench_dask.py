@@ -37,6 +37,64 @@ except ImportError:  # pragma: no cover - depends on the machine
 def extra_args(parser) -> None:
     parser.add_argument("--reps", type=int, default=None, help="samples per variant, R (default 5, quick 1)")
     parser.add_argument("--case", action="append", choices=("mlp", "sdpa"), help="graph (repeatable; default both)")
+    parser.add_argument("--scale", type=int, default=None, metavar="W",
+                        help="instead: throughput of W workers against one, each worker on engine KIND:{name} "
+                             "(a GPU each) for a GPU engine, on the engine for a CPU one")
+    parser.add_argument("--requests", type=int, default=None, help="--scale: requests per sample (default 400)")
+    parser.add_argument("--batch", type=int, default=20, help="--scale: requests per map_graph task")
+
+
+def throughput(name, graph, constants, sets, spec, workers, n, batch) -> tuple[float, list]:
+    """Requests per second of ``workers`` worker processes: time from the first submission to the
+    last result of ``n`` requests in ``map_graph`` tasks of ``batch``, after one warm-up task per
+    worker (cluster start, plugin setup and first launches not timed)."""
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        client.register_plugin(triodnn_dask.TriodnnPlugin({name: graph}, engines=[spec], constants={name: constants}))
+        warm = [client.submit(triodnn_dask.map_graph, name, sets[:1], pure=False, workers=[w])
+                for w in client.scheduler_info()["workers"]]
+        client.gather(warm)
+        batches = [[sets[(i + j) % len(sets)] for j in range(batch)] for i in range(0, n, batch)]
+        t0 = time.perf_counter()
+        futures = client.map(triodnn_dask.map_graph, [name] * len(batches), batches, pure=False)
+        results = [out for outs in client.gather(futures) for out in outs]
+        return n / (time.perf_counter() - t0), results
+
+
+def scale(args, spec) -> None:
+    n, reps = args.requests or 400, args.reps or 3
+    kind = spec.split(":")[0]
+    worker_spec = f"{kind}:{{name}}" if kind == "gpu" else spec
+    print(f"== bench_dask --scale {args.scale}: requests/s of {args.scale} workers against one\n"
+          f"   each worker: one process, engine {worker_spec}; {n} requests in map_graph tasks of {args.batch}, "
+          f"weights / scale and mask given once per worker (constants); command: {common.command_line()}\n"
+          f"   timing: wall time from the first submission to the last result, one fresh cluster per sample, "
+          f"variants alternating, median of {reps}")
+    rows, results = [], {}
+    for case in args.case or ["mlp", "sdpa"]:
+        graph = getattr(bench_graph, case)()
+        ids = sorted(lt.id for lt in graph.input_tensors())
+        constant_ids = ids[1:] if case == "mlp" else ids[3:]
+        first = make_inputs(graph, seed=0)
+        constants = {i: first[i] for i in constant_ids}
+        full = [{**make_inputs(graph, seed=s), **constants} for s in range(4)]
+        refs = [bench_graph.graph_reference(graph, arrays) for arrays in full]
+        sets = [{i: a for i, a in arrays.items() if i not in constants} for arrays in full]
+        samples = {1: [], args.scale: []}
+        for rep in range(reps):
+            for workers in common.rotated([1, args.scale], rep):
+                rate, outs = throughput(case, graph, constants, sets, worker_spec, workers, n, args.batch)
+                for i, outputs in enumerate(outs):
+                    for lt in graph.output_tensors():
+                        problem = bench_graph.mismatch(graph, refs[i % len(sets)], lt.id, outputs[lt.id])
+                        if problem:
+                            raise SystemExit(f"{case}, {workers} workers, request {i}: {problem}")
+                samples[workers].append(rate)
+        one, many = common.median(samples[1]), common.median(samples[args.scale])
+        rows.append([case, one, many, many / one])
+        results[case] = {"one_req_per_s": one, "many_req_per_s": many, "speedup": many / one, "workers": args.scale}
+    common.print_table(["graph", "1 worker req/s", f"{args.scale} workers req/s", "ratio"], rows)
+    common.write_json(args.json, "bench_dask_scale", None, args, results)
 
 
 def first_result(name, graph, inputs, spec, blob) -> tuple[float, object, dict]:
@@ -56,8 +114,11 @@ def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0], extra_args)
     if distributed is None:
         raise SystemExit("bench_dask needs dask's distributed scheduler: pip install 'dask[distributed]'")
-    reps = args.reps or (1 if args.quick else 5)
     spec = f"{args.engine_kind}:{args.engine_index}"
+    if args.scale:
+        scale(args, spec)
+        return
+    reps = args.reps or (1 if args.quick else 5)
     print(f"== bench_dask: time to a worker's first result, warm (cache blob) vs cold\n"
           f"   engine {spec} in each worker; POCL_KERNEL_CACHE={os.environ['POCL_KERNEL_CACHE']}; "
           f"command: {common.command_line()}\n"

@@ -1,9 +1,11 @@
 """bench_pool: one request stream over several engines (``EnginePool.map``) against the first
 engine alone (issue 20).
 
-For bench_graph's MLP 64x1024 x3 and SDPA 1x8x128x64 (fused): N requests through a pool of the
-first engine alone, then through a pool of every engine given, each compiled with
-``compile_graph_pool`` (capacity requests in flight per engine). Timing: wall time of the whole
+For bench_graph's MLP (64x1024 x3; ``--mlp-batch`` rows) and SDPA (1x8x128x64; ``--sdpa-seq``),
+fused: N requests through a pool of the first engine alone, then through a pool of every engine
+given, each compiled with ``compile_graph_pool`` (capacity requests in flight per engine). The
+MLP's weights and biases and the SDPA's scale and mask are given once per engine
+(``constants``), as a serving process would; each request brings the rest. Timing: wall time of the whole
 stream of N requests (pulled as the pipeline's backpressure allows, awaited in input order), the
 two variants alternating, median of R; throughput = N / time. Every request's outputs are
 checked against numpy's float64 reference after timing (four input sets in turn). A repeated
@@ -36,6 +38,13 @@ def extra_args(parser) -> None:
     parser.add_argument("--reps", type=int, default=None, help="streams per variant, R (default 5, quick 2)")
     parser.add_argument("--capacity", type=int, default=4, help="requests in flight per engine")
     parser.add_argument("--case", action="append", choices=("mlp", "sdpa"), help="graph (repeatable; default both)")
+    parser.add_argument("--mlp-batch", type=int, default=64, help="MLP rows per request (default 64)")
+    parser.add_argument("--sdpa-seq", type=int, default=128, help="SDPA sequence length (default 128)")
+
+
+# Inputs given once per engine (set_constants), as a serving process would: the MLP's weights
+# and biases, the SDPA's scale and mask; every request brings the rest.
+CONSTANTS = {"mlp": lambda ids: ids[1:], "sdpa": lambda ids: ids[3:]}
 
 
 async def open_engines(runtime, specs: list[str]) -> list:
@@ -61,14 +70,18 @@ async def run(args):
             f"timing: wall time of a stream of {n} requests (capacity {args.capacity} per engine), "
             f"variants alternating, median of {reps}"])
         for case in args.case or ["mlp", "sdpa"]:
-            build = getattr(bench_graph, case)
-            graph = build()
-            sets = [make_inputs(graph, seed=s) for s in range(4)]
+            graph = (bench_graph.mlp(batch=args.mlp_batch) if case == "mlp" else
+                     bench_graph.sdpa(s=args.sdpa_seq))
+            constant_ids = CONSTANTS[case](sorted(lt.id for lt in graph.input_tensors()))
+            first = make_inputs(graph, seed=0)
+            constants = {i: first[i] for i in constant_ids}
+            sets = [{**make_inputs(graph, seed=s), **constants} for s in range(4)]
             refs = [bench_graph.graph_reference(graph, arrays) for arrays in sets]
+            sets = [{i: a for i, a in arrays.items() if i not in constants} for arrays in sets]
             out_ids = [lt.id for lt in graph.output_tensors()]
             pools = {
-                "one": await compile_graph_pool(graph, engines[:1], capacity=args.capacity),
-                "pool": await compile_graph_pool(graph, engines, capacity=args.capacity),
+                "one": await compile_graph_pool(graph, engines[:1], capacity=args.capacity, constants=constants),
+                "pool": await compile_graph_pool(graph, engines, capacity=args.capacity, constants=constants),
             }
             kept = {}
 
@@ -97,7 +110,8 @@ async def run(args):
                             raise SystemExit(f"{case}, {name}, request {i}: {problem}")
             t_one, t_pool = common.median(samples["one"]), common.median(samples["pool"])
             share = [s.routed for s in pools["pool"].statistics().engines]
-            rows.append([case, n / t_one, n / t_pool, t_one / t_pool, "/".join(map(str, share))])
+            label = f"mlp {args.mlp_batch}x1024 x3" if case == "mlp" else f"sdpa 1x8x{args.sdpa_seq}x64"
+            rows.append([label, n / t_one, n / t_pool, t_one / t_pool, "/".join(map(str, share))])
             results[case] = {"one_req_per_s": n / t_one, "pool_req_per_s": n / t_pool, "speedup": t_one / t_pool,
                              "routed": share}
         common.print_table(["graph", "first engine req/s", "pool req/s", "pool ÷ one", "requests per engine (pool)"],

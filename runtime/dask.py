@@ -93,7 +93,8 @@ class TriodnnPlugin(distributed.WorkerPlugin):
 
     ``graphs``: ``{name: Graph, its JSON or dict}``, compiled in every worker with ``policy``.
     ``engines``: engine specs (``"cpu:0"``, ``"gpu:1"``; default the default engine) each worker
-    opens; requests spread over them as ``EnginePool`` spreads them. ``cache_blobs``:
+    opens; requests spread over them as ``EnginePool`` spreads them. ``{name}`` in a spec is the
+    worker's name: ``"gpu:{name}"`` gives LocalCluster's workers 0, 1, ... a GPU each. ``cache_blobs``:
     ``{engine spec: bytes}`` from ``cache_blob`` (or ``Engine.primitive_cache_blob``), loaded
     before the graphs compile so that no worker compiles cold. ``constants``: ``{name: {input id:
     array}}``, given to each graph's pool once (``set_constants``). ``capacity``: requests
@@ -109,8 +110,8 @@ class TriodnnPlugin(distributed.WorkerPlugin):
         self.graphs = {str(k): _graph_json(v) for k, v in graphs.items()}
         self.engines = tuple(engines) if engines is not None else (None,)
         for spec in self.engines:
-            if spec is not None:
-                parse_engine_spec(spec)  # a typed error here, on the client, not in every worker
+            if spec is not None:  # a typed error here, on the client, not in every worker
+                parse_engine_spec(spec.replace("{name}", "0"))
         self.cache_blobs = {str(k): bytes(v) for k, v in (cache_blobs or {}).items()}
         unknown = set(self.cache_blobs) - {s for s in self.engines if s is not None}
         if unknown:
@@ -143,8 +144,9 @@ class TriodnnPlugin(distributed.WorkerPlugin):
         portal = self._portal = start_blocking()
         try:
             # An engine opened with its blob loads it and skips the device probes it answers.
+            name = str(getattr(worker, "name", 0))
             engines = [portal.engine() if spec is None else
-                       portal.runtime.engine(*_split(spec), cache_blob=self.cache_blobs.get(spec))
+                       portal.runtime.engine(*_split(spec.replace("{name}", name)), cache_blob=self.cache_blobs.get(spec))
                        for spec in self.engines]
             for name, text in self.graphs.items():
                 pool = portal.run(_graph.compile_graph_pool, _graph_from_json(text), engines,
