@@ -14,6 +14,7 @@ import pyopencl as cl
 import pytest
 import trio
 
+import triodnn
 from triodnn import (
     ArgumentMismatchError,
     EngineMismatchError,
@@ -235,3 +236,16 @@ async def test_pool_arguments_are_checked(engine, second_engine):
         await compile_graph_pool(mlp_graph(), [engine, engine])
     with pytest.raises(InvalidArgumentError, match="non-empty list of engines"):
         await compile_graph_pool(mlp_graph(), [])
+
+
+def test_a_pool_through_the_blocking_portal():
+    """portal.run(compile_graph_pool, ...) gives a wrapped pool: map is a plain iterator of
+    results in order, run blocks and returns the outputs."""
+    with triodnn.start_blocking() as portal:
+        engine = portal.engine()
+        pool = portal.run(compile_graph_pool, mlp_graph(), [engine], constants={1: W, 3: B})
+        got = [result.unwrap()[5] for result in pool.map({0: request(i)} for i in range(5))]
+        for i, out in enumerate(got):
+            np.testing.assert_allclose(out, reference(request(i)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(pool.run({0: request(7)})[5], reference(request(7)), rtol=1e-5, atol=1e-5)
+        assert pool.statistics().routed == 6
