@@ -42,12 +42,17 @@ def extra_args(parser) -> None:
                              "(a GPU each) for a GPU engine, on the engine for a CPU one")
     parser.add_argument("--requests", type=int, default=None, help="--scale: requests per sample (default 400)")
     parser.add_argument("--batch", type=int, default=20, help="--scale: requests per map_graph task")
+    parser.add_argument("--on-workers", action="store_true",
+                        help="--scale: scatter the batches to the workers and leave the results there until "
+                             "the clock stops (the client's feeding untimed)")
 
 
-def throughput(name, graph, constants, sets, spec, workers, n, batch) -> tuple[float, list]:
+def throughput(name, graph, constants, sets, spec, workers, n, batch, on_workers) -> tuple[float, list]:
     """Requests per second of ``workers`` worker processes: time from the first submission to the
     last result of ``n`` requests in ``map_graph`` tasks of ``batch``, after one warm-up task per
-    worker (cluster start, plugin setup and first launches not timed)."""
+    worker (cluster start, plugin setup and first launches not timed). ``on_workers``: the
+    batches are scattered to the workers before the clock starts and the results stay there until
+    it stops (then gathered for the check)."""
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   worker_dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         client.register_plugin(triodnn_dask.TriodnnPlugin({name: graph}, engines=[spec], constants={name: constants}))
@@ -55,8 +60,15 @@ def throughput(name, graph, constants, sets, spec, workers, n, batch) -> tuple[f
                 for w in client.scheduler_info()["workers"]]
         client.gather(warm)
         batches = [[sets[(i + j) % len(sets)] for j in range(batch)] for i in range(0, n, batch)]
+        if on_workers:
+            batches = client.scatter(batches)  # round robin over the workers
+            distributed.wait(batches)
         t0 = time.perf_counter()
         futures = client.map(triodnn_dask.map_graph, [name] * len(batches), batches, pure=False)
+        if on_workers:
+            distributed.wait(futures)
+            elapsed = time.perf_counter() - t0
+            return n / elapsed, [out for outs in client.gather(futures) for out in outs]
         results = [out for outs in client.gather(futures) for out in outs]
         return n / (time.perf_counter() - t0), results
 
@@ -67,7 +79,9 @@ def scale(args, spec) -> None:
     worker_spec = f"{kind}:{{name}}" if kind == "gpu" else spec
     print(f"== bench_dask --scale {args.scale}: requests/s of {args.scale} workers against one\n"
           f"   each worker: one process, engine {worker_spec}; {n} requests in map_graph tasks of {args.batch}, "
-          f"weights / scale and mask given once per worker (constants); command: {common.command_line()}\n"
+          f"weights / scale and mask given once per worker (constants)"
+          f"{'; inputs scattered to the workers first, results left there until the clock stops' if args.on_workers else ''}"
+          f"; command: {common.command_line()}\n"
           f"   timing: wall time from the first submission to the last result, one fresh cluster per sample, "
           f"variants alternating, median of {reps}")
     rows, results = [], {}
@@ -83,7 +97,8 @@ def scale(args, spec) -> None:
         samples = {1: [], args.scale: []}
         for rep in range(reps):
             for workers in common.rotated([1, args.scale], rep):
-                rate, outs = throughput(case, graph, constants, sets, worker_spec, workers, n, args.batch)
+                rate, outs = throughput(case, graph, constants, sets, worker_spec, workers, n, args.batch,
+                                        args.on_workers)
                 for i, outputs in enumerate(outs):
                     for lt in graph.output_tensors():
                         problem = bench_graph.mismatch(graph, refs[i % len(sets)], lt.id, outputs[lt.id])
