@@ -23,6 +23,7 @@ os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # before anything loads PoCL, h
 
 import _common as common  # noqa: E402
 import bench_graph  # noqa: E402
+import bench_pool  # noqa: E402
 
 from triodnn.testing import make_inputs  # noqa: E402
 
@@ -87,13 +88,7 @@ def scale(args, spec) -> None:
     rows, results = [], {}
     for case in args.case or ["mlp", "sdpa"]:
         graph = getattr(bench_graph, case)()
-        ids = sorted(lt.id for lt in graph.input_tensors())
-        constant_ids = ids[1:] if case == "mlp" else ids[3:]
-        first = make_inputs(graph, seed=0)
-        constants = {i: first[i] for i in constant_ids}
-        full = [{**make_inputs(graph, seed=s), **constants} for s in range(4)]
-        refs = [bench_graph.graph_reference(graph, arrays) for arrays in full]
-        sets = [{i: a for i, a in arrays.items() if i not in constants} for arrays in full]
+        constants, sets, refs = bench_pool.serving_inputs(case, graph)
         samples = {1: [], args.scale: []}
         for rep in range(reps):
             for workers in common.rotated([1, args.scale], rep):

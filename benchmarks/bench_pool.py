@@ -47,6 +47,17 @@ def extra_args(parser) -> None:
 CONSTANTS = {"mlp": lambda ids: ids[1:], "sdpa": lambda ids: ids[3:]}
 
 
+def serving_inputs(case: str, graph, n_sets: int = 4) -> tuple[dict, list, list]:
+    """(constants, request input sets, their references): CONSTANTS[case]'s inputs once, then
+    ``n_sets`` requests of the other inputs, each with numpy's float64 reference of the graph."""
+    constant_ids = CONSTANTS[case](sorted(lt.id for lt in graph.input_tensors()))
+    first = make_inputs(graph, seed=0)
+    constants = {i: first[i] for i in constant_ids}
+    full = [{**make_inputs(graph, seed=s), **constants} for s in range(n_sets)]
+    refs = [bench_graph.graph_reference(graph, arrays) for arrays in full]
+    return constants, [{i: a for i, a in arrays.items() if i not in constants} for arrays in full], refs
+
+
 async def open_engines(runtime, specs: list[str]) -> list:
     engines, seen = [], set()
     for spec in specs:
@@ -72,12 +83,7 @@ async def run(args):
         for case in args.case or ["mlp", "sdpa"]:
             graph = (bench_graph.mlp(batch=args.mlp_batch) if case == "mlp" else
                      bench_graph.sdpa(s=args.sdpa_seq))
-            constant_ids = CONSTANTS[case](sorted(lt.id for lt in graph.input_tensors()))
-            first = make_inputs(graph, seed=0)
-            constants = {i: first[i] for i in constant_ids}
-            sets = [{**make_inputs(graph, seed=s), **constants} for s in range(4)]
-            refs = [bench_graph.graph_reference(graph, arrays) for arrays in sets]
-            sets = [{i: a for i, a in arrays.items() if i not in constants} for arrays in sets]
+            constants, sets, refs = serving_inputs(case, graph)
             out_ids = [lt.id for lt in graph.output_tensors()]
             pools = {
                 "one": await compile_graph_pool(graph, engines[:1], capacity=args.capacity, constants=constants),

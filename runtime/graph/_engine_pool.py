@@ -282,8 +282,9 @@ async def compile_graph_pool(graph, engines: Sequence[Engine], *, policy: str = 
         raise InvalidArgumentError(f"engines is {engines!r}; expected a non-empty list of engines")
     if len({id(e) for e in engines}) != len(engines):
         raise InvalidArgumentError("an engine appears twice in engines; a pool has one runner per engine")
-    if streams is not None and len(list(streams)) != len(engines):
-        raise InvalidArgumentError(f"{len(list(streams))} streams for {len(engines)} engines")
+    streams = None if streams is None else list(streams)
+    if streams is not None and len(streams) != len(engines):
+        raise InvalidArgumentError(f"{len(streams)} streams for {len(engines)} engines")
     runners: list[Any] = [None] * len(engines)
 
     async def compile_one(i: int) -> None:
