@@ -237,7 +237,10 @@ class Engine:
         engine; returns how many entered the cache (none at capacity 0, none already there).
         ``CacheBlobError`` for a blob of another device or
         triodnn version, or a corrupt one; nothing is loaded then."""
-        impls = _cache_blob.load(blob, self._device_identity, __version__)
+        return await self._load_impls(_cache_blob.load(blob, self._device_identity, __version__))
+
+    async def _load_impls(self, impls: list[PrimitiveImpl]) -> int:
+        """``load_primitive_cache_blob`` for a blob already read (``Runtime.engine(cache_blob=)``)."""
         cache = self._runtime._cache_actor.cache
         inserted = 0
         async with trio.open_nursery() as nursery:

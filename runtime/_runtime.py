@@ -17,7 +17,7 @@ from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
 from ._values import _cache_blob
 from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
-from ._values._keys import DeviceIdentity
+from ._values._keys import DeviceIdentity, PrimitiveImpl
 from ._verbose import VERBOSE
 from ._version import __version__
 from .actors import (
@@ -47,13 +47,14 @@ def current_runtime() -> Runtime:
     return runtime
 
 
-def _blob_split(blob: bytes, facts: dict) -> bool | None:
-    """Whether the kernels of a cache blob made for this device pass float16 calls split (their
-    configurations record the answer of the device's probe); None for a blob of no entries.
-    ``CacheBlobError`` for a blob of another device or triodnn version."""
-    identity = DeviceIdentity.of(DeviceInfo(**facts, splits_float16_calls=False))
-    splits = {impl.key.config.split_float16_calls for impl in _cache_blob.load(blob, identity, __version__)}
-    return splits.pop() if len(splits) == 1 else None
+def _read_blob(blob: bytes, device: cl.Device) -> tuple[list[PrimitiveImpl], bool | None]:
+    """A cache blob's implementations for ``device``, and whether their kernels pass float16
+    calls split (their configurations record the answer of the device's probe; None for a blob
+    of no entries). ``CacheBlobError`` for a blob of another device or triodnn version."""
+    identity = DeviceIdentity.of(DeviceInfo(**describe_device(device), splits_float16_calls=False))
+    impls = _cache_blob.load(blob, identity, __version__)
+    splits = {impl.key.config.split_float16_calls for impl in impls}
+    return impls, splits.pop() if len(splits) == 1 else None
 
 
 def parse_engine_spec(text: str) -> tuple[str, int]:
@@ -136,15 +137,13 @@ class Runtime:
             kind, default_index = parse_engine_spec(spec)
             index = default_index if index is None else index
         record = find_device(kind, 0 if index is None else index)
+        impls, split = _read_blob(cache_blob, record.device) if cache_blob is not None else (None, None)
         # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
         # it off the trio thread.
-        split = None
-        if cache_blob is not None:
-            split = _blob_split(cache_blob, describe_device(record.device))
         context = await trio.to_thread.run_sync(cl.Context, [record.device])
         engine = await self._open_engine(record.device, context, kind, record.index, split=split)
-        if cache_blob is not None:
-            await engine.load_primitive_cache_blob(cache_blob)
+        if impls is not None:
+            await engine._load_impls(impls)
         return engine
 
     async def _open_engine(

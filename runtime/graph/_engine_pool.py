@@ -30,6 +30,7 @@ them on one engine of the pool); array inputs go anywhere.
 from __future__ import annotations
 
 import collections.abc
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -222,7 +223,7 @@ class EnginePool:
         ``as_tensors`` as ``run``'s: Tensors stay on the engine their request ran on
         (``result.engine``), the caller's to release."""
         as_tensors = as_tensors if isinstance(as_tensors, bool) else frozenset(as_tensors)
-        counter = iter(range(1 << 62))
+        counter = itertools.count()
         return Pipeline(inputs, lambda item: self._start(item, next(counter), as_tensors),
                         sum(lane.capacity for lane in self._lanes))
 

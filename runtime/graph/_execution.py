@@ -262,10 +262,11 @@ class GraphRunner:
         self._check_stream(stream)
         deps = list(check_deps(deps))
         as_tensors = self._tensor_outputs(as_tensors)
-        return Pipeline(inputs, lambda item: self._request(stream, item, deps, as_tensors), max_in_flight)
+        return Pipeline(inputs, lambda item: self._execution(stream, item, deps, None, as_tensors, copy_inputs=True),
+                        max_in_flight)
 
     def _request(self, stream, item, deps, as_tensors) -> Execution:
-        """One ``map`` request (also an engine pool's): ``item``'s arrays copied as they bind."""
+        """One engine pool request: ``map``'s, with ``as_tensors`` as ``run`` takes it."""
         return self._execution(stream, item, deps, None, self._tensor_outputs(as_tensors), copy_inputs=True)
 
     # -- internals ---------------------------------------------------------------------------
