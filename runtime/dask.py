@@ -75,10 +75,11 @@ class WorkerStatistics:
 
 
 def _graph_json(value) -> str:
+    """The graph as JSON, read through ``from_dict`` on the client: a bad graph fails here."""
     if isinstance(value, _graph.Graph):
         return _graph.dumps(value)
     if isinstance(value, str):
-        return value
+        value = json.loads(value)
     if isinstance(value, Mapping):
         return _graph.dumps(_graph.from_dict(dict(value)))
     raise InvalidArgumentError(f"a graph is {type(value).__name__}; expected a triodnn.graph.Graph, its JSON or dict")
@@ -144,9 +145,10 @@ class TriodnnPlugin(distributed.WorkerPlugin):
         portal = self._portal = start_blocking()
         try:
             # An engine opened with its blob loads it and skips the device probes it answers.
-            name = str(getattr(worker, "name", 0))
+            worker_name = str(getattr(worker, "name", 0))
             engines = [portal.engine() if spec is None else
-                       portal.runtime.engine(*_split(spec.replace("{name}", name)), cache_blob=self.cache_blobs.get(spec))
+                       portal.runtime.engine(*_split(spec.replace("{name}", worker_name)),
+                                             cache_blob=self.cache_blobs.get(spec))
                        for spec in self.engines]
             for name, text in self.graphs.items():
                 pool = portal.run(_graph.compile_graph_pool, _graph_from_json(text), engines,
@@ -159,8 +161,8 @@ class TriodnnPlugin(distributed.WorkerPlugin):
                 stats = engine.statistics()
                 built += stats.programs_built
                 loaded += stats.programs_loaded
-            self._stats = WorkerStatistics(tuple(portal.run_sync(str, e) for e in engines), time.perf_counter() - start, built,
-                                           loaded, 0)
+            self._stats = WorkerStatistics(tuple(portal.run_sync(str, e) for e in engines),
+                                           time.perf_counter() - start, built, loaded, 0)
         except BaseException:
             self.teardown(worker)
             raise

@@ -281,7 +281,7 @@ async def compile_graph_pool(graph, engines: Sequence[Engine], *, policy: str = 
     engines = list(engines)
     if not engines or not all(isinstance(e, Engine) for e in engines):
         raise InvalidArgumentError(f"engines is {engines!r}; expected a non-empty list of engines")
-    if len({id(e) for e in engines}) != len(engines):
+    if len({id(e) for e in engines}) != len(engines):  # EnginePool checks too, after the compiles
         raise InvalidArgumentError("an engine appears twice in engines; a pool has one runner per engine")
     streams = None if streams is None else list(streams)
     if streams is not None and len(streams) != len(engines):
