@@ -7,8 +7,9 @@ given, each compiled with ``compile_graph_pool`` (capacity requests in flight pe
 MLP's weights and biases and the SDPA's scale and mask are given once per engine
 (``constants``), as a serving process would; each request brings the rest. Timing: wall time of the whole
 stream of N requests (pulled as the pipeline's backpressure allows, awaited in input order), the
-two variants alternating, median of R; throughput = N / time. Every request's outputs are
-checked against numpy's float64 reference after timing (four input sets in turn). A repeated
+two variants alternating, median of R; throughput = N / time. Every request's outputs, in every
+stream, are checked against numpy's float64 reference once the stream's clock has stopped (four
+input sets in turn). A repeated
 engine spec (``cpu:0,cpu:0``) opens the same device again in a context of its own: a separate
 engine, as a second card would be, but the same silicon.
 
@@ -89,31 +90,31 @@ async def run(args):
                 "one": await compile_graph_pool(graph, engines[:1], capacity=args.capacity, constants=constants),
                 "pool": await compile_graph_pool(graph, engines, capacity=args.capacity, constants=constants),
             }
-            kept = {}
+
+            def check(name: str, got: list) -> None:
+                assert len(got) == n, f"{name}: {len(got)} results of {n}"
+                for i, result in enumerate(got):
+                    outputs = result.unwrap()
+                    for lt_id in out_ids:
+                        problem = bench_graph.mismatch(graph, refs[i % len(refs)], lt_id, outputs[lt_id])
+                        if problem:
+                            raise SystemExit(f"{case}, {name}, request {i}: {problem}")
 
             def variant(name):
                 async def sample():
                     got = []
                     t0 = time.perf_counter()
-                    async with pools[name].map(sets[i % 4] for i in range(n)) as stream_results:
+                    async with pools[name].map(sets[i % len(sets)] for i in range(n)) as stream_results:
                         async for result in stream_results:
                             got.append(result)
                     elapsed = time.perf_counter() - t0
-                    kept[name] = got
+                    check(name, got)  # every stream, after its clock stopped
                     return elapsed
                 return sample
 
             await variant("one")()  # warm both (first launches), then time
             await variant("pool")()
             samples = await common.interleaved({"one": variant("one"), "pool": variant("pool")}, reps)
-            for name, got in kept.items():
-                assert len(got) == n, f"{name}: {len(got)} results of {n}"
-                for i, result in enumerate(got):
-                    outputs = result.unwrap()
-                    for lt_id in out_ids:
-                        problem = bench_graph.mismatch(graph, refs[i % 4], lt_id, outputs[lt_id])
-                        if problem:
-                            raise SystemExit(f"{case}, {name}, request {i}: {problem}")
             t_one, t_pool = common.median(samples["one"]), common.median(samples["pool"])
             share = [s.routed for s in pools["pool"].statistics().engines]
             label = f"mlp {args.mlp_batch}x1024 x3" if case == "mlp" else f"sdpa 1x8x{args.sdpa_seq}x64"
