@@ -283,7 +283,7 @@ def write_json(path: str | None, benchmark: str, engine, args, results: dict) ->
         "command": command_line(),
         "quick": bool(args.quick),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "engine": engine_facts(engine),
+        "engine": engine_facts(engine) if engine is not None else None,  # None: engines in other processes
         "host": host_facts(),
         "results": results,
     }
