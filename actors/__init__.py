@@ -11,7 +11,23 @@ from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, R
 from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._completion import CompletionActor
 from ._device import DeviceActor
-from ._devices import DeviceRecord, describe_device, device_kind, float16_calls_split, list_devices
+from ._devices import (
+    CPU_RUNTIME_ORDER,
+    DeviceProbe,
+    DeviceRecord,
+    UnusableDevice,
+    cpu_runtime_rank,
+    describe_device,
+    device_kind,
+    float16_calls_split,
+    list_devices,
+    probe_device,
+    registered_devices,
+    setup_problems,
+    unusable_devices,
+    vouch_for,
+)
+from ._icd import find_intel_cpu_runtime, pip_driver_problems, register_pip_drivers
 from ._kernel_cache import KernelCache
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy, may_overlap
 from ._plan import LaunchPlan, PlanStep
@@ -48,7 +64,19 @@ __all__ = [
     "Compiler",
     "DeviceActor",
     "DeviceAllocator",
+    "CPU_RUNTIME_ORDER",
+    "DeviceProbe",
     "DeviceRecord",
+    "UnusableDevice",
+    "cpu_runtime_rank",
+    "find_intel_cpu_runtime",
+    "pip_driver_problems",
+    "probe_device",
+    "register_pip_drivers",
+    "registered_devices",
+    "setup_problems",
+    "unusable_devices",
+    "vouch_for",
     "KernelCache",
     "KernelLaunch",
     "KernelSequence",

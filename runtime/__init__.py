@@ -1,7 +1,7 @@
 """triodnn: oneDNN's runtime ideas for async Python, on trio and pyopencl.
 
     async with triodnn.open_runtime() as rt:
-        engine = await rt.engine()                      # PoCL's CPU device by default
+        engine = await rt.engine()                      # the first working CPU device by default
         stream = await engine.stream(triodnn.StreamFlags.out_of_order)
         relu = await engine.create_primitive(triodnn.EltwiseDesc("relu", src_desc))
         done = stream.execute(relu, {"src": x, "dst": y}, deps=[...])
@@ -21,7 +21,7 @@ from ._primitive_cache import (
     primitive_cache_statistics,
     set_primitive_cache_capacity,
 )
-from ._runtime import Runtime, available_engines, current_runtime, open_runtime
+from ._runtime import Runtime, available_engines, current_runtime, open_runtime, unusable_devices
 from ._stream import Stream, StreamFlags, StreamStatistics
 from ._values import (
     ArgumentMismatchError,
@@ -80,6 +80,7 @@ from ._values import (
     SumDesc,
     TriodnnError,
     UnsupportedError,
+    UnusableDeviceWarning,
 )
 from ._version import __version__
 from .graph import (
@@ -169,7 +170,9 @@ __all__ = [
     "SumDesc",
     "TriodnnError",
     "UnsupportedError",
+    "UnusableDeviceWarning",
     "available_engines",
+    "unusable_devices",
     "clear_constant_tensor_cache",
     "compiled_partition_cache_statistics",
     "constant_tensor_cache_statistics",

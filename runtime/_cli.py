@@ -12,16 +12,26 @@ from pathlib import Path
 import trio
 from pyopencl import CompilerWarning
 
+from ._runtime import default_engine_spec
 from ._trace import record_to
-from ._values._errors import TriodnnError
-from .actors import choose_out_of_order_strategy, describe_device, list_devices
+from ._values._errors import TriodnnError, UnusableDeviceWarning
+from .actors import (
+    choose_out_of_order_strategy,
+    describe_device,
+    list_devices,
+    pip_driver_problems,
+    unusable_devices,
+)
 from .testing import run_benchdnn_runs, run_cases, run_demo
 from .testing._benchdnn import parse as parse_harness
 
 
 def _info(args: argparse.Namespace) -> int:
-    records = list_devices()
-    if not records:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusableDeviceWarning)  # listed below, with the reason
+        records = list_devices()
+        unusable = unusable_devices()
+    if not records and not unusable:
         print("no OpenCL device found (is pyopencl[pocl] installed?)")
         return 1
     for record in records:
@@ -36,7 +46,13 @@ def _info(args: argparse.Namespace) -> int:
               f"{info['global_mem_size'] / 2**30:.1f} GiB, max work-group {info['max_work_group_size']}")
         lanes = f" ({strategy.lanes} lanes)" if strategy.kind == "lanes" else ""
         print(f"         out-of-order streams: {strategy.kind}{lanes}: {strategy.reason}")
-    return 0
+    for device in unusable:
+        print(f"{'unusable':8} {device.name}")
+        print(f"         {device.reason}")
+    for problem in pip_driver_problems():
+        print(f"{'note':8} {problem}")
+    print(f"default engine: {default_engine_spec()}")
+    return 0 if records else 1
 
 
 def _demo(args: argparse.Namespace) -> int:

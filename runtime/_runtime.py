@@ -16,7 +16,7 @@ from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
 from ._values import _cache_blob
-from ._values._errors import ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._values._errors import CacheBlobError, ClosedError, EngineNotFoundError, InvalidArgumentError
 from ._values._keys import DeviceIdentity, PrimitiveImpl
 from ._verbose import VERBOSE
 from ._version import __version__
@@ -26,13 +26,19 @@ from .actors import (
     DeviceActor,
     DeviceRecord,
     StreamActor,
+    UnusableDevice,
     choose_out_of_order_strategy,
     describe_device,
+    device_kind,
     float16_calls_split,
     global_compiled_partition_cache,
     global_primitive_cache,
     list_devices,
+    registered_devices,
+    setup_problems,
+    vouch_for,
 )
+from .actors import unusable_devices as _unusable_devices
 
 DEFAULT_ENGINE_ENV = "TRIODNN_ENGINE"
 
@@ -57,6 +63,20 @@ def _read_blob(blob: bytes, device: cl.Device) -> tuple[list[PrimitiveImpl], boo
     return impls, splits.pop() if len(splits) == 1 else None
 
 
+def _vouch_from_blob(blob: bytes) -> None:
+    """The CPU device a cache blob was made on needs no compiler probe (``vouch_for``); a blob
+    of no registered device changes nothing, and ``engine()`` then refuses it as before."""
+    for device, _ in registered_devices():
+        if device_kind(device) != "cpu":
+            continue
+        try:
+            _, split = _read_blob(blob, device)
+        except CacheBlobError:
+            continue
+        vouch_for(device, bool(split))
+        return
+
+
 def parse_engine_spec(text: str) -> tuple[str, int]:
     """``"cpu"``, ``"gpu:1"``, ``"any:0"`` → (kind, index)."""
     kind, _, index = text.strip().partition(":")
@@ -74,22 +94,49 @@ def _resource_capacity() -> int:
 
 
 def available_engines() -> list[DeviceRecord]:
-    """Every OpenCL device an engine can open, with its kind and index."""
+    """Every OpenCL device an engine can open, with its kind and index: a CPU device whose
+    compiler cannot build is left out (``triodnn.unusable_devices()`` says why)."""
     return list_devices()
 
 
+def unusable_devices() -> list[UnusableDevice]:
+    """The registered devices triodnn leaves out, each with the reason and the fix (a CPU device
+    whose compiler cannot build: PyPI's PoCL on CPUs its LLVM does not know)."""
+    return _unusable_devices()
+
+
+def default_engine_spec() -> str:
+    """``$TRIODNN_ENGINE``, else ``cpu:0`` where a CPU device works, else ``gpu:0`` where a GPU
+    is registered, else ``cpu:0`` (whose error then says what to install). Never a simulator:
+    Oclgrind, which the test extra registers, would run everything thousands of times slower."""
+    spec = os.environ.get(DEFAULT_ENGINE_ENV)
+    if spec:
+        return spec
+    if list_devices("cpu", limit=1) or not list_devices("gpu", limit=1):
+        return "cpu:0"
+    return "gpu:0"
+
+
 def find_device(kind: str, index: int) -> DeviceRecord:
+    """The usable device ``kind:index``, probing devices in order only as far as it needs.
+    Blocking on a CPU device's first probe in the process: call from a worker thread."""
     if kind not in ENGINE_KINDS:
         raise InvalidArgumentError(f"engine kind {kind!r} is not one of {', '.join(ENGINE_KINDS)}")
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise InvalidArgumentError(f"engine index {index!r} must be a non-negative integer")
-    records = list_devices()
-    matching = records if kind == "any" else [r for r in records if r.kind == kind]
+    matching = list_devices(None if kind == "any" else kind, limit=index + 1)
     if index < len(matching):
         return matching[index]
+    records = list_devices()
     found = ", ".join(f"{r.label} ({r.device.name.strip()}, {r.platform.name.strip()})" for r in records)
+    problems = "".join(f"; {line}" for line in setup_problems())
+    hint = ""
+    if kind == "cpu" and not matching:
+        hint = ("; no CPU OpenCL device works here: pip install 'triodnn[cpu-intel]' (Intel's CPU "
+                "runtime, from PyPI) or the distribution's PoCL (apt-get install pocl-opencl-icd)")
     raise EngineNotFoundError(
-        f"no {kind} engine with index {index}; available: {found or 'no OpenCL device at all'}"
+        f"no {kind} engine with index {index}; available: {found or 'no usable OpenCL device at all'}"
+        f"{problems}{hint}"
     )
 
 
@@ -119,9 +166,11 @@ class Runtime:
                      cache_blob: bytes | None = None) -> Engine:
         """Open an engine (a new OpenCL context) on device ``kind:index``.
 
-        With no arguments: ``$TRIODNN_ENGINE`` if set (``gpu:0`` …), else the first CPU device,
-        PoCL's, which ``pyopencl[pocl]`` installs everywhere (the first device of any kind where
-        no CPU device is registered).
+        With no arguments: ``$TRIODNN_ENGINE`` if set (``gpu:0`` …), else the first CPU device
+        whose compiler works (``default_engine_spec``). CPU runtimes count in the measured order
+        (``CPU_RUNTIME_ORDER``): PyPI's PoCL, which ``pyopencl[pocl]`` installs everywhere, then
+        Intel's CPU runtime (``triodnn[cpu-intel]``), which works on CPUs that PoCL's LLVM does
+        not know.
 
         ``cache_blob`` (``engine.primitive_cache_blob()`` of an engine on this device): checked
         first (``CacheBlobError`` for another device or version, before any engine opens), then
@@ -131,12 +180,13 @@ class Runtime:
         nothing at all.
         """
         if kind is None:
-            spec = os.environ.get(DEFAULT_ENGINE_ENV) or (
-                "cpu:0" if any(r.kind == "cpu" for r in list_devices()) else "any:0"
-            )
+            spec = await trio.to_thread.run_sync(default_engine_spec)
             kind, default_index = parse_engine_spec(spec)
             index = default_index if index is None else index
-        record = find_device(kind, 0 if index is None else index)
+        if cache_blob is not None:
+            await trio.to_thread.run_sync(_vouch_from_blob, cache_blob)
+        # Discovery probes CPU compilers (a build, up to 1 s, once per process): off this thread.
+        record = await trio.to_thread.run_sync(find_device, kind, 0 if index is None else index)
         impls, split = _read_blob(cache_blob, record.device) if cache_blob is not None else (None, None)
         # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
         # it off the trio thread.

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import triodnn
+from triodnn._runtime import default_engine_spec, find_device, parse_engine_spec
 
 COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -42,22 +43,15 @@ async def rt():
 
 def default_record():
     """The device record the runtime's default engine opens (``rt.engine()``): $TRIODNN_ENGINE,
-    else the first CPU device, else the first of any kind. Not ``available_engines()[0]``: a
-    simulator such as Oclgrind may be listed before PoCL."""
-    import os
-
-    from triodnn._runtime import DEFAULT_ENGINE_ENV, find_device, parse_engine_spec
-    from triodnn.actors import list_devices
-
-    spec = os.environ.get(DEFAULT_ENGINE_ENV) or (
-        "cpu:0" if any(r.kind == "cpu" for r in list_devices()) else "any:0")
-    kind, index = parse_engine_spec(spec)
-    return find_device(kind, index or 0)
+    else the first working CPU device, else the first GPU. Not ``available_engines()[0]``: a
+    simulator such as Oclgrind may be listed before the CPU runtimes."""
+    kind, index = parse_engine_spec(default_engine_spec())
+    return find_device(kind, index)
 
 
 @pytest.fixture
 async def engine(rt):
-    """The default engine: cpu:0 (PoCL) here, or whatever ``$TRIODNN_ENGINE`` names."""
+    """The default engine: cpu:0 (the first working CPU runtime), or whatever ``$TRIODNN_ENGINE`` names."""
     return await rt.engine()
 
 

@@ -71,3 +71,10 @@ class InvalidGraphError(InvalidArgumentError):
 
 class ShapeInferenceError(InvalidGraphError):
     """Output shapes of an op cannot be inferred from its inputs and attributes."""
+
+
+class UnusableDeviceWarning(UserWarning):
+    """An OpenCL device is registered but its compiler cannot build: triodnn leaves it out.
+
+    Raised once per device per process by discovery; the message names the device, the
+    compiler's message and the fix."""
