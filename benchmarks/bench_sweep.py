@@ -101,6 +101,10 @@ def extra_args(parser) -> None:
                         help="skip rows whose largest tensor has more elements than this")
     parser.add_argument("--runs", type=int, default=None, help="most queued runs per sample, N (default 20, quick 5)")
     parser.add_argument("--reps", type=int, default=None, help="samples per variant, interleaved (default 7, quick 3)")
+    parser.add_argument("--compare-engine", metavar="KIND:INDEX", default=None,
+                        help="a second engine (e.g. cpu:1, another CPU runtime) timed beside --engine in the "
+                             "same interleaved rotation, its results checked the same way: column 'alt ms', "
+                             "ratio '÷ alt' = alt's time / the engine's")
     parser.add_argument("--row-timeout", type=float, default=60.0,
                         help="seconds one row's first (compiling) run may take before the row is skipped; "
                              "the repetitions shrink to fit a row into about this much time too")
@@ -549,7 +553,10 @@ async def measure_row(row: Row, engine, stream, ctx: dict) -> dict:
         runs = max(1, min(ctx["runs"], int(SAMPLE_TARGET_S / max(one, 1e-6))))
         await common.poison(dst)
 
-        variants = {"triodnn": bench_gpu.Triodnn(stream, primitive, memories, runs, mode)}
+        variants = {"triodnn": bench_gpu.Triodnn(stream, primitive, dict(memories), runs, mode)}
+        if ctx["alt"] is not None:
+            alt_engine, alt_stream = ctx["alt"]
+            variants["alt"] = await alt_variant(row, alt_engine, alt_stream, memories, check, runs, mode)
         converters = {}
         try:
             peers = build_peers(row, ctx["device"], ctx["have"], runs, mode)
@@ -576,6 +583,8 @@ async def measure_row(row: Row, engine, stream, ctx: dict) -> dict:
         reps = max(2, min(ctx["reps"], int(args.row_timeout / max(one * runs * len(variants) * 2, 1e-9))))
         samples = await common.interleaved({k: v.sample for k, v in variants.items()}, reps)
         check(await dst.to_numpy())  # NaN unless the timed runs wrote it
+        if "alt" in variants:
+            check(await variants["alt"].args["dst"].to_numpy())
         if copy is not None:
             copy.check()
         times = {k: common.median(v) for k, v in samples.items()}
@@ -589,6 +598,22 @@ async def measure_row(row: Row, engine, stream, ctx: dict) -> dict:
     finally:
         for memory in memories.values():
             memory.release()
+
+
+async def alt_variant(row: Row, engine, stream, memories: dict, check, runs: int, mode: str):
+    """The row on the --compare-engine: its own primitive and copies of the inputs, checked
+    before timing; its dst poisoned so the check after timing proves the timed runs wrote it.
+    Its buffers join ``memories`` under alt: keys, released with the row's."""
+    primitive = await engine.create_primitive(row.desc)
+    args = {}
+    for name, desc in row.desc.arg_descs.items():
+        args[name] = engine.memory(desc) if name == "dst" else await engine.from_numpy(row.inputs[name], desc)
+        memories[f"alt:{name}"] = args[name]
+    await stream.execute(primitive, args)
+    check(await args["dst"].to_numpy())
+    await common.poison(args["dst"])
+    row.notes.append(f"alt impl {primitive.impl}")
+    return bench_gpu.Triodnn(stream, primitive, args, runs, mode)
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -610,8 +635,9 @@ def family_table(family: str, results: list, device: str, peers_shown: list, ctx
     goal_peer, goal = GOALS[(device, family)]
     memory = family == MEMORY_FAMILY
     unit, scale = ("GB/s", 1e9) if memory else (("TFLOP/s", 1e12) if device == "gpu" else ("GFLOP/s", 1e9))
-    headers = ["shape", "triodnn ms", f"triodnn {unit}"] + [f"{p} ms" for p in peers_shown] + [
-        "best lib", "÷ best lib", f"÷ {goal_peer}", "goal", "ok", "impl / why skipped"]
+    alt = ctx["alt"] is not None
+    headers = ["shape", "triodnn ms", f"triodnn {unit}"] + (["alt ms", "÷ alt"] if alt else []) + [
+        f"{p} ms" for p in peers_shown] + ["best lib", "÷ best lib", f"÷ {goal_peer}", "goal", "ok", "impl / why skipped"]
     table, ratios = [], []
     for row, res in results:
         if "skipped" in res:
@@ -624,6 +650,7 @@ def family_table(family: str, results: list, device: str, peers_shown: list, ctx
         if not math.isnan(r):
             ratios.append((r, row))
         table.append([row, t["triodnn"] * 1e3, res["work"] / t["triodnn"] / scale]
+                     + ([t.get("alt", math.nan) * 1e3, ratio(t, "alt")] if alt else [])
                      + [t.get(p, math.nan) * 1e3 for p in peers_shown]
                      + [name or "-", best / t["triodnn"] if name else math.nan, r,
                         "-" if goal is None else f">= {goal}", ok, res["impl"]])
@@ -634,6 +661,13 @@ def family_table(family: str, results: list, device: str, peers_shown: list, ctx
         for note in res.get("notes", ()):
             print(f"   {row}: {note}")
     summary = {"goal_peer": goal_peer, "goal": goal, "rows": len(results), "measured": len(ratios)}
+    alt_ratios = [ratio(res["times"], "alt") for _, res in results if "alt" in res.get("times", {})]
+    if alt_ratios:
+        summary.update(alt=ctx["alt_label"], alt_median=statistics.median(alt_ratios), alt_worst=min(alt_ratios),
+                       alt_best=max(alt_ratios), alt_rows=len(alt_ratios))
+        print(f"summary {family}: ÷ alt ({ctx['alt_label']}'s time / {ctx['engine_label']}'s) median "
+              f"{summary['alt_median']:.2f}x, range {summary['alt_worst']:.2f}-{summary['alt_best']:.2f}x "
+              f"over {len(alt_ratios)} rows")
     if ratios:
         worst = min(ratios)
         med = statistics.median(r for r, _ in ratios)
@@ -691,8 +725,17 @@ async def run(args):
         common.print_header("bench_sweep: kernel speed across shape families (issue 17)", engine, args,
                             [timing, peer_note, "memory-bound rows: the OpenCL copy moves the row's bytes "
                              "(half read, half written)"])
+        alt = None
+        if args.compare_engine:
+            alt_kind, _, alt_index = args.compare_engine.partition(":")
+            alt_engine = await rt.engine(alt_kind, int(alt_index or 0))
+            alt = (alt_engine, await alt_engine.stream(
+                StreamFlags.profiling if mode == common.DEVICE else StreamFlags.in_order))
+            facts = common.engine_facts(alt_engine)
+            print(f"   alt engine {facts['engine']} | {facts['platform']} | driver {facts['driver']}\n")
         ctx = {"args": args, "mode": mode, "runs": runs, "reps": reps, "rng": rng, "have": have, "device": device,
-               "refs": {}, "note": timing}
+               "refs": {}, "note": timing, "alt": alt, "alt_label": args.compare_engine,
+               "engine_label": args.engine}
         for family in families:
             rows_out = []
             for label, build in ROW_PLANS[family](device == "gpu", args.quick, rng):
