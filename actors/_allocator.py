@@ -290,7 +290,13 @@ class DeviceAllocator:
                 return (f"an SVM allocation, but {self.device.name.strip()} has no SVM "
                         "(return a pyopencl.Buffer)")
             return f"{type(buffer).__name__}, expected a pyopencl.Buffer or an SVM allocation"
-        if buffer.context.int_ptr != self.context.int_ptr:
+        try:
+            context = buffer.context.int_ptr
+        except cl.Error:
+            # Intel's CPU runtime refuses to retain the context of a buffer whose context object
+            # its creator released (PoCL and NVIDIA keep it alive with its buffers): not ours.
+            context = None
+        if context != self.context.int_ptr:
             return "a buffer of another OpenCL context than the engine's"
         if buffer.size < nbytes:
             return f"a buffer of {buffer.size} bytes, too small"

@@ -249,6 +249,8 @@ class StreamActor:
             submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
             return
         self.submitted += 1
+        if command.deps:
+            submission.waited_on = command.deps
         submission.set_submitted(cl_event, lane, self.submitted)
         if self._instruments.enqueue_hooks:  # a trace maps device clocks by this moment
             self._instruments.command_enqueued(command)

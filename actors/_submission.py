@@ -8,7 +8,7 @@ import attrs
 import pyopencl as cl
 import trio
 
-from .._values._errors import ClosedError, ExecutionError
+from .._values._errors import ClosedError, DependencyError, ExecutionError
 
 if TYPE_CHECKING:
     from ._stream_actor import StreamActor  # _stream_actor imports this module: annotations only
@@ -32,6 +32,11 @@ class Submission:
     failure: BaseException | None = None
     completed: bool = False
     _on_submit: trio.Event | None = None
+    # What the command waited for (submissions, foreign pyopencl events), kept until it settles.
+    # OpenCL leaves to the driver whether a command whose wait-list event failed runs: PoCL and
+    # NVIDIA fail it, Intel's CPU runtime runs it and reports it complete. ``settle`` fails it
+    # then, so a failed dependency fails its dependents on every driver.
+    waited_on: tuple = ()
 
     def set_submitted(self, cl_event: cl.Event, lane: int, seq: int) -> None:
         self.native = cl_event
@@ -43,6 +48,7 @@ class Submission:
     def set_failed(self, failure: BaseException) -> None:
         self.failure = failure
         self.completed = True
+        self.waited_on = ()
         if self._on_submit is not None:
             self._on_submit.set()
 
@@ -71,7 +77,31 @@ class Submission:
                 f"the command ended with execution status {status} (its device failed it, "
                 "or a command it waited for failed)"
             ))
+            return
+        if self.waited_on:
+            failed = self._failed_dependency()
+            if failed is not None:
+                self.set_failed(DependencyError(
+                    f"{failed} failed; the driver ran this command anyway, its results are not valid"
+                ))
+                return
         self.completed = True
+
+    def _failed_dependency(self) -> str | None:
+        """The first of ``waited_on`` that failed, named, or None. Dependencies nobody awaited
+        are settled here first, deepest first and without recursion: a chain of thousands of
+        queued commands awaited only at its end is the common case."""
+        _settle_unsettled(self)
+        waited_on, self.waited_on = self.waited_on, ()
+        for dep in waited_on:
+            if isinstance(dep, Submission):
+                if dep.failure is not None:
+                    return f"dependency {dep.label!r}"
+            else:
+                status = dep.command_execution_status
+                if status < 0:
+                    return f"a pyopencl event it waited for (execution status {status})"
+        return None
 
     @property
     def pending_submit(self) -> bool:
@@ -92,3 +122,23 @@ class Submission:
             if self._on_submit is None:
                 self._on_submit = trio.Event()
             await self._on_submit.wait()
+
+
+def _settle_unsettled(root: Submission) -> None:
+    """Settle, dependencies first, every enqueued and finished submission ``root`` depends on
+    through ``waited_on`` that nobody has settled yet (an explicit stack: no recursion limit)."""
+    seen = {id(root)}
+    stack = [(root, iter(root.waited_on))]
+    while stack:
+        submission, deps = stack[-1]
+        for dep in deps:
+            if isinstance(dep, Submission) and not dep.completed and dep.native is not None and id(dep) not in seen:
+                seen.add(id(dep))
+                stack.append((dep, iter(dep.waited_on)))
+                break
+        else:
+            stack.pop()
+            if submission is not root and submission.native is not None:
+                status = submission.native.command_execution_status
+                if status <= _COMPLETE:
+                    submission.settle(status)

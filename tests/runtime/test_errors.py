@@ -263,7 +263,9 @@ async def test_failed_dependency_fails_the_command_and_its_dependents(engine, re
     finally:
         gate.set_status(-5)
     with trio.fail_after(10):
-        with pytest.raises(ExecutionError, match="eltwise:relu: the command ended with execution status -"):
+        # The driver fails it (PoCL, NVIDIA), or runs it and triodnn fails it (Intel's CPU runtime).
+        with pytest.raises(ExecutionError, match="eltwise:relu: (the command ended with execution status -"
+                                                 "|a pyopencl event it waited for .*failed; the driver ran)"):
             await first
         with pytest.raises(ExecutionError, match="eltwise:relu"):
             await second
@@ -294,7 +296,9 @@ async def test_failed_event_raises_again_for_every_waiter(engine, stream, relu, 
             except ExecutionError as exc:
                 errors.append(exc)
     assert len(errors) == 2 and errors[0] is not errors[1]
-    assert type(errors[0].__cause__) is ExecutionError
+    # ExecutionError where the driver failed the command; DependencyError (a kind of it) where the
+    # driver ran it and triodnn failed it (Intel's CPU runtime).
+    assert type(errors[0].__cause__) in (ExecutionError, triodnn.DependencyError)
 
 
 # -- closed objects ----------------------------------------------------------------------------
