@@ -232,7 +232,17 @@ def float16_calls_split(device: cl.Device) -> bool:
     return probe_device(device).splits_float16_calls
 
 
+def probe_builds() -> int:
+    """How many probes this process has built (a warm start from a cache blob builds none)."""
+    return _probe_builds
+
+
+_probe_builds = 0
+
+
 def build_probe(device: cl.Device) -> DeviceProbe:
+    global _probe_builds
+    _probe_builds += 1
     # A context of its own: the engine's holds nothing of the probe.
     context = cl.Context([device])
     program = cl.Program(context, _FLOAT16_CALL_PROBE)

@@ -179,12 +179,12 @@ class Runtime:
         call probe: a PoCL build, 0.7-0.9 s with PoCL's cache off), so a warm start compiles
         nothing at all.
         """
+        if cache_blob is not None:  # before the default is looked for: that probes cpu:0
+            await trio.to_thread.run_sync(_vouch_from_blob, cache_blob)
         if kind is None:
             spec = await trio.to_thread.run_sync(default_engine_spec)
             kind, default_index = parse_engine_spec(spec)
             index = default_index if index is None else index
-        if cache_blob is not None:
-            await trio.to_thread.run_sync(_vouch_from_blob, cache_blob)
         # Discovery probes CPU compilers (a build, up to 1 s, once per process): off this thread.
         record = await trio.to_thread.run_sync(find_device, kind, 0 if index is None else index)
         impls, split = _read_blob(cache_blob, record.device) if cache_blob is not None else (None, None)

@@ -35,6 +35,25 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def engine_report() -> str:
+    try:
+        record = default_record()
+    except triodnn.TriodnnError as exc:
+        return f"triodnn default engine: none ({exc})"
+    return (f"triodnn default engine: {record.label}: {record.device.name.strip()} "
+            f"({record.platform.name.strip()})")
+
+
+def pytest_report_header(config):
+    """The engine the suite runs on: which CPU runtime (or GPU) the counts are of."""
+    return engine_report()
+
+
+def pytest_terminal_summary(terminalreporter):
+    # Again beside the counts: ``-q`` (the README's command) leaves the header out.
+    terminalreporter.write_line(engine_report())
+
+
 @pytest.fixture
 async def rt():
     async with triodnn.open_runtime() as runtime:

@@ -432,6 +432,7 @@ async def run_case(path, *, engine, mode: str = "C", policy: str = "fusion",
 async def run_cases(paths, *, engine_spec: str | None, **options) -> list[CaseResult]:
     async with open_runtime() as rt:
         engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
+        print(engine_line(engine), flush=True)
         results = []
         progress = Progress(len(paths))
         for i, path in enumerate(paths, 1):
@@ -482,6 +483,12 @@ def summary_table(results: list[CaseResult]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def engine_line(engine) -> str:
+    """Which engine runs the cases: its label, device and OpenCL platform (which CPU runtime)."""
+    info = engine.info
+    return f"engine {engine.kind}:{engine.index}: {info.name} ({info.platform}, {info.platform_version})"
 
 
 def _engine_args(spec: str) -> tuple:

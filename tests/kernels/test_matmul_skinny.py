@@ -31,10 +31,16 @@ def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cl_queue():
-    """One context and queue on the default device for the whole module."""
-    context = cl.Context([default_record().device])
-    return cl.CommandQueue(context)
+def cl_context():
+    """Held for the module: Intel's CPU runtime answers a queue's context query only while the
+    context object itself is alive (PoCL keeps it alive through its queues)."""
+    return cl.Context([default_record().device])
+
+
+@pytest.fixture(scope="module")
+def cl_queue(cl_context):
+    """One queue on the default device for the whole module."""
+    return cl.CommandQueue(cl_context)
 
 
 def run_spec(queue, spec, arrays: dict, dst_shape) -> np.ndarray:

@@ -78,7 +78,7 @@ CHILD = textwrap.dedent(
              enumerate(["relu", "gelu_tanh", "sigmoid"])]
 
     async def main(mode, path):
-        from triodnn.actors import _devices
+        from triodnn.actors import probe_builds
         async with triodnn.open_runtime() as rt:
             if mode == "open":  # the engine opened with the blob: no probe build either
                 with open(path, "rb") as f:
@@ -101,7 +101,7 @@ CHILD = textwrap.dedent(
                     f.write(engine.primitive_cache_blob())
             stats = engine.statistics()
             print(stats.programs_built, stats.programs_loaded, engine.info.splits_float16_calls,
-                  len(_devices._float16_split))
+                  probe_builds())
 
     trio.run(main, sys.argv[1], sys.argv[2])
     """
