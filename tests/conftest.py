@@ -144,6 +144,12 @@ def gate():
     return user_gate
 
 
+def threads_since(before: set[threading.Thread]) -> set[threading.Thread]:
+    """Threads alive now that ``before`` (a ``set(threading.enumerate())``) lacked, less trio's
+    idle worker threads: trio keeps finished ``to_thread`` workers, process-wide, for reuse."""
+    return {t for t in threading.enumerate() if t not in before and not t.name.startswith("Trio thread ")}
+
+
 def in_a_thread(fn, *args):
     """``fn(*args)`` in a new thread, joined before this returns: ``("returned", value)`` or
     ``("raised", exception)``. The calling thread (a trio run's, too) waits meanwhile, so ``fn``

@@ -8,7 +8,7 @@ import numpy as np
 import pyopencl as cl
 import trio
 import trio.testing
-from conftest import in_a_thread, in_another_trio_run
+from conftest import in_a_thread, in_another_trio_run, threads_since
 
 import triodnn
 from triodnn.actors._completion import _Pending
@@ -58,7 +58,7 @@ async def test_a_pending_event_awaited_from_another_trio_run_is_refused_and_the_
             assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
             assert "marker: awaited from thread 'triodnn-test-other-thread'" in str(error)
             assert "start_blocking()" in str(error)
-        assert set(threading.enumerate()) - threads == set()  # no waiter started for it
+        assert threads_since(threads) == set()  # no waiter started for it
         assert rt.statistics().pending == 0
         assert not marker.done
     # The gate has opened: this run's own await completes, and the runtime takes new work.

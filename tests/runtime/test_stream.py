@@ -10,7 +10,7 @@ import pyopencl as cl
 import pytest
 import trio
 import trio.testing
-from conftest import in_a_thread, in_another_trio_run
+from conftest import in_a_thread, in_another_trio_run, threads_since
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc, StreamFlags
@@ -473,7 +473,7 @@ async def test_submissions_from_another_thread_or_trio_run_are_refused_and_the_s
     how, error = in_another_trio_run(stream.wait)
     assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
     assert stream.statistics().submitted == submitted  # nothing reached OpenCL
-    assert set(threading.enumerate()) - threads == set()
+    assert threads_since(threads) == set()
 
     await stream.execute(relu, {"src": src, "dst": dst})
     np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
