@@ -204,8 +204,8 @@ class CompletionActor:
             return
         raise WrongThreadError(
             f"{label}: {doing} from thread {threading.current_thread().name!r}, outside the trio "
-            f"run of its runtime (thread {self._thread_name!r}), to which a runtime's streams and "
-            "events belong; call from a task of that run (from another thread: "
+            f"run of its runtime (thread {self._thread_name!r}), to which a runtime's engines, "
+            "streams and events belong; call from a task of that run (from another thread: "
             "trio.from_thread.run with that run's trio token), or open the runtime through a "
             "blocking portal (triodnn.start_blocking()), whose objects work from any thread"
         )
