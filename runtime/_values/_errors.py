@@ -65,9 +65,10 @@ class ClosedError(TriodnnError):
 
 
 class WrongThreadError(TriodnnError, RuntimeError):
-    """A call came from a thread that cannot serve it: a stream or event of an open runtime used
-    outside that runtime's trio run (another thread, another trio run), or a blocking portal used
-    inside a trio run. A ``RuntimeError`` too, as trio's own refusals of such calls are."""
+    """A call came from a thread that cannot serve it: an engine, stream or event of an open
+    runtime used outside that runtime's trio run (another thread, another trio run), or a
+    blocking portal used inside a trio run. A ``RuntimeError`` too, as trio's own refusals of
+    such calls are."""
 
 
 class InvalidGraphError(InvalidArgumentError):
