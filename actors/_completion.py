@@ -19,6 +19,12 @@ Then three paths deliver a completion; whichever sees it first wakes the waiting
   within a few scheduler passes even then.
 
 A completion that arrives after the trio run has ended is dropped quietly (``RunFinishedError``).
+
+Everything here belongs to the one trio run the actor serves: a task of another run (another
+thread's ``trio.run``) that waited on one of its ``trio.Event``s would never be woken, and waking
+it from this run fails trio's own check, which ends this run with ``TrioInternalError``. So
+``check_thread`` refuses callers on other threads with a ``WrongThreadError`` before they touch
+anything.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from collections.abc import Callable
 import attrs
 import pyopencl as cl
 import trio
+
+from .._values._errors import WrongThreadError
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -147,6 +155,11 @@ class CompletionActor:
         self._pending: dict[int, _Pending] = {}
         self._poll_order: collections.deque[_Pending] = collections.deque()
         self._token: trio.lowlevel.TrioToken | None = None
+        # The thread of the trio run served: a run lives on one thread, and one thread holds
+        # one run at a time, so comparing idents tells this run's callers from all others
+        # (cheaper than fetching the current run's token on every submit and await).
+        self._thread: int | None = None
+        self._thread_name = ""
         self._closed = False
         self._callbacks = 0
         self._watches = 0
@@ -157,6 +170,8 @@ class CompletionActor:
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+        self._thread_name = threading.current_thread().name
         instrument = _PollInstrument(self)
         trio.lowlevel.add_instrument(instrument)
         try:
@@ -174,6 +189,26 @@ class CompletionActor:
             pending.done.set()
         self._pending.clear()
         self._poll_order.clear()
+
+    @property
+    def run_thread(self) -> int | None:
+        """``threading.get_ident()`` of the thread of the trio run this actor serves (None before
+        ``serve`` starts)."""
+        return self._thread
+
+    def check_thread(self, label: str, doing: str) -> None:
+        """``WrongThreadError`` unless the caller runs on the thread of the trio run this actor
+        serves, or the actor has closed (every command's state is final then, and nothing is
+        left to wake). ``label`` and ``doing`` name the culprit: ``"relu:...", "awaited"``."""
+        if threading.get_ident() == self._thread or self._closed:
+            return
+        raise WrongThreadError(
+            f"{label}: {doing} from thread {threading.current_thread().name!r}, outside the trio "
+            f"run of its runtime (thread {self._thread_name!r}), to which a runtime's engines, "
+            "streams and events belong; call from a task of that run (from another thread: "
+            "trio.from_thread.run with that run's trio token), or open the runtime through a "
+            "blocking portal (triodnn.start_blocking()), whose objects work from any thread"
+        )
 
     def flush_soon(self, stream_actor) -> None:
         """Flush ``stream_actor``'s queues at the end of this scheduler pass."""

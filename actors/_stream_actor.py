@@ -115,6 +115,7 @@ class StreamActor:
         self.device = device
         self.profiling = profiling
         self.completion = completion
+        self._run_thread = completion.run_thread  # the only thread that may submit or settle
         self._instruments: EnqueueHooks = instruments if instruments is not None else _NoInstruments()
         if queue is not None:
             self.mode = "native" if queue.properties & _OOO else "in_order"
@@ -163,6 +164,19 @@ class StreamActor:
     # -- requester side ---------------------------------------------------------------------
 
     FLUSH_EVERY = 16  # commands enqueued between flushes within one scheduler pass
+
+    def on_run_thread(self) -> bool:
+        """Whether the caller runs on the thread of this stream's trio run: the actor's state
+        (queues' tails, the channel, host copies) is touched from there only."""
+        return threading.get_ident() == self._run_thread
+
+    def check_thread(self, label: str, doing: str) -> None:
+        """``WrongThreadError`` naming ``label`` and what was ``doing`` unless the caller runs on
+        this stream's trio thread (or the runtime has closed). Submitting paths call it before
+        anything is recorded: a command sent from another thread would wake the actor's task
+        from there, which trio turns into a ``TrioInternalError`` of the runtime's run."""
+        if threading.get_ident() != self._run_thread:
+            self.completion.check_thread(label, doing)
 
     def submit(self, command: Command) -> None:
         """Enqueue ``command`` (a record of ``_commands``) now, or queue it for the actor task

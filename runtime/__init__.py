@@ -81,6 +81,7 @@ from ._values import (
     TriodnnError,
     UnsupportedError,
     UnusableDeviceWarning,
+    WrongThreadError,
 )
 from ._version import __version__
 from .graph import (
@@ -171,6 +172,7 @@ __all__ = [
     "TriodnnError",
     "UnsupportedError",
     "UnusableDeviceWarning",
+    "WrongThreadError",
     "available_engines",
     "unusable_devices",
     "clear_constant_tensor_cache",

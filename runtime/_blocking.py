@@ -15,6 +15,12 @@ may use one portal at once. ``close()`` (or leaving a ``with`` block) shuts the 
 ``open_runtime`` does: pipelines still open are closed, streams finish what was submitted, then
 the thread ends.
 
+The portal is for code outside trio. Inside a trio run (the portal's own thread included) every
+blocking step of it, opening, entering, calling, closing, raises ``WrongThreadError`` before it
+does anything: it would stall that run's every task while it waited, and trio refuses to hand
+the call over from there anyway. Trio code uses the async API (``open_runtime``) directly, or
+reaches a portal from a worker thread (``trio.to_thread.run_sync``).
+
     with triodnn.start_blocking() as portal:
         engine = portal.engine()
         relu = engine.create_primitive(triodnn.EltwiseDesc("relu", desc))
@@ -45,7 +51,7 @@ from ._memory import Memory
 from ._primitive import Primitive
 from ._runtime import Runtime, open_runtime
 from ._stream import Stream
-from ._values._errors import ClosedError, InvalidArgumentError
+from ._values._errors import ClosedError, InvalidArgumentError, WrongThreadError
 from .graph import CompiledPartition, DynamicGraphRunner, EnginePool, GraphRunner, Partition, Pipeline, Tensor
 
 
@@ -53,6 +59,7 @@ class BlockingPortal:
     """A runtime living in a background thread, driven by blocking calls from any thread."""
 
     def __init__(self, **runtime_options) -> None:
+        _refuse_inside_trio("opened")  # before the thread starts: nothing is left to clean up
         self._options = runtime_options
         self._token: trio.lowlevel.TrioToken | None = None
         # The runtime, the stop event and the nursery that hosts pipelines exist from _serve's
@@ -97,11 +104,7 @@ class BlockingPortal:
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the blocking portal is closed")
-        if threading.current_thread() is self._thread:
-            raise InvalidArgumentError(
-                "a blocking portal call from its own runtime thread would wait on itself; "
-                "use the async API there"
-            )
+        _refuse_inside_trio("called")  # its own runtime thread included, which would wait on itself
 
     def run(self, async_fn, *args, **kwargs):
         """``await async_fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped.
@@ -183,7 +186,9 @@ class BlockingPortal:
 
     def close(self) -> None:
         """Shut the runtime down (open pipelines close, submitted work completes) and end its
-        thread."""
+        thread. Inside a trio run: ``WrongThreadError``, and the portal stays open (close it
+        where it was opened, outside trio)."""
+        _refuse_inside_trio("closed")
         with self._lock:
             if self._closed:
                 return
@@ -196,6 +201,9 @@ class BlockingPortal:
         self._thread.join()
 
     def __enter__(self) -> BlockingPortal:
+        # Refused here rather than at __exit__, where the block's work would already be done
+        # and the portal could not be closed.
+        _refuse_inside_trio("entered")
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -207,6 +215,22 @@ class BlockingPortal:
                 self.close()
             except Exception:
                 pass
+
+
+def _refuse_inside_trio(doing: str) -> None:
+    """``WrongThreadError`` when the caller runs inside a trio run (any run: the portal's own,
+    or the caller's)."""
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return  # outside trio: a blocking call is what the portal is for
+    raise WrongThreadError(
+        f"a blocking portal was {doing} inside a trio run (thread "
+        f"{threading.current_thread().name!r}), where its blocking calls would stall the run; "
+        "inside trio use the async API directly (async with triodnn.open_runtime() as rt: "
+        "engine = await rt.engine() ...), or reach the portal from a worker thread "
+        "(await trio.to_thread.run_sync(portal.engine))"
+    )
 
 
 def _unwrap_args(args, kwargs):

@@ -121,6 +121,11 @@ class Engine:
             raise
         return memory
 
+    def check_thread(self, label: str, doing: str) -> None:
+        """``WrongThreadError`` unless the caller runs in the trio run of this engine's runtime:
+        ``Runtime.check_thread``. Builds, kernel loads and streams are served there."""
+        self._runtime.check_thread(label, doing)
+
     async def stream(self, flags: StreamFlags = StreamFlags.in_order) -> Stream:
         """A new stream on this engine; ``out_of_order`` picks the device's strategy."""
         return await self._runtime._open_stream(self, flags)
@@ -147,6 +152,8 @@ class Engine:
         self, desc: OpDesc, key_desc: OpDesc | None = None, make: type[Primitive] = Primitive, **extra: Any
     ) -> Primitive:
         """``desc`` through the cache under ``key_desc`` (default ``desc``), as a ``make``."""
+        # Constants only: every cache hit passes here, and nothing needs formatting unless refused.
+        self._runtime.check_thread(desc.kind, "primitive requested")
         started = time.perf_counter()
         key_desc = desc if key_desc is None else key_desc
         key = PrimitiveKey(
@@ -241,6 +248,7 @@ class Engine:
 
     async def _load_impls(self, impls: list[PrimitiveImpl]) -> int:
         """``load_primitive_cache_blob`` for a blob already read (``Runtime.engine(cache_blob=)``)."""
+        self._runtime.check_thread("a primitive cache blob", f"loaded into engine {self}")
         cache = self._runtime._cache_actor.cache
         inserted = 0
         async with trio.open_nursery() as nursery:
@@ -256,6 +264,7 @@ class Engine:
         if len(impls) != 1:
             raise CacheBlobError(f"blob holds {len(impls)} primitives; expected one (primitive.cache_blob())")
         (impl,) = impls
+        self._runtime.check_thread(impl.key.desc.label, f"loaded from a cache blob into engine {self}")
         self._runtime._cache_actor.cache.insert(impl.key, impl)
         built = await self._resources_from(impl)
         return Primitive(

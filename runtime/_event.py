@@ -34,6 +34,12 @@ class Event:
     submissions on any stream; ``cl_event`` gives the pyopencl event once the stream actor has
     enqueued the command.
 
+    An event is awaited in the trio run of its runtime: awaited from another thread (another
+    thread's ``trio.run``) while the runtime is open, ``wait`` and ``wait_submitted`` raise
+    ``WrongThreadError``, whether the command has completed or not, so the outcome never depends
+    on timing. ``done``, ``label`` and ``cl_event`` may be read from any thread. Through a
+    blocking portal an event's ``wait()`` blocks any thread.
+
     An Event wraps the actors' ``Submission`` of the command (streams make both, and hand actors
     only the submission): awaiting and profiling are the public side, the submission is the state
     the stream actor fills in. Equal only to itself.
@@ -58,6 +64,8 @@ class Event:
 
     async def wait(self) -> None:
         submission = self._submission
+        if not submission.actor.on_run_thread():
+            submission.actor.check_thread(submission.label, "awaited")
         if submission.pending_submit:
             await submission.wait_submitted()
         if not submission.completed:
@@ -76,15 +84,23 @@ class Event:
     async def wait_submitted(self) -> None:
         """Wait until the stream actor has enqueued the command (``cl_event`` exists then) or given
         up on it (a failed dependency, a closed stream); never raises for that."""
-        await self._submission.wait_submitted()
+        submission = self._submission
+        if not submission.actor.on_run_thread():
+            submission.actor.check_thread(submission.label, "awaited")
+        await submission.wait_submitted()
 
     @property
     def done(self) -> bool:
-        """True once the command is known to have completed or failed (polls OpenCL, never blocks)."""
+        """True once the command is known to have completed or failed (polls OpenCL, never blocks).
+        Any thread may ask; only the runtime's trio thread records the outcome."""
         submission = self._submission
         if not submission.completed and submission.native is not None:
             status = submission.native.command_execution_status
             if status <= _COMPLETE:
+                if not submission.actor.on_run_thread():
+                    # Settling updates the stream actor's host-copy list, which its trio thread
+                    # may be changing at this moment.
+                    return True
                 submission.settle(status)
         return submission.completed
 
@@ -95,15 +111,21 @@ class Event:
         Its queue is flushed first: another queue may wait for the event only then (OpenCL's
         rule), and triodnn otherwise flushes at the end of the scheduler pass."""
         submission = self._submission
-        if submission.native is not None:
-            submission.actor.flush()
-        if submission.native is None:
+        native = submission.native
+        if native is not None:
+            if submission.actor.on_run_thread():
+                submission.actor.flush()
+            else:
+                # The actor's own flush updates its bookkeeping, which only its trio thread may
+                # touch; flushing the event's queue (thread-safe in OpenCL) is all it takes.
+                native.command_queue.flush()
+        if native is None:
             if submission.failure is not None:
                 raise NotSubmittedError(f"{submission.label} was never enqueued: {submission.failure}")
             raise NotSubmittedError(
                 f"{submission.label} is not enqueued yet; await event.wait_submitted() first"
             )
-        return submission.native
+        return native
 
     @property
     def profiling(self) -> ProfilingTimes:
@@ -117,5 +139,8 @@ class Event:
             raise ProfilingError(f"{submission.label}: the command failed: {submission.failure}")
         native = submission.native
         assert native is not None, "completed and not failed: the actor had enqueued it"
+        if native.command_execution_status < 0:  # failed, and read on a thread that left it unsettled
+            raise ProfilingError(f"{submission.label}: the command failed with execution status "
+                                 f"{native.command_execution_status}")
         p = native.profile
         return ProfilingTimes(p.queued, p.submit, p.start, p.end)

@@ -179,6 +179,7 @@ class Runtime:
         call probe: a PoCL build, 0.7-0.9 s with PoCL's cache off), so a warm start compiles
         nothing at all.
         """
+        self.check_thread(f"engine {kind or 'default'}:{index or 0}", "requested")
         if cache_blob is not None:  # before the default is looked for: that probes cpu:0
             await trio.to_thread.run_sync(_vouch_from_blob, cache_blob)
         if kind is None:
@@ -201,6 +202,7 @@ class Runtime:
         split: bool | None = None,
     ) -> Engine:
         self._check_open()
+        self.check_thread(f"engine {kind}:{index}", "opened")
         facts = describe_device(device)
         if split is None:
             split = False
@@ -223,6 +225,7 @@ class Runtime:
         self, engine: Engine, flags: StreamFlags, queue: cl.CommandQueue | None = None
     ) -> Stream:
         self._check_open()
+        self.check_thread(f"a stream of {engine}", "opened")
         flags = check_flags(flags)
         if queue is None and INSTRUMENTS.needs_profiling():
             # The one place that decides whether a stream profiles: its flags, plus any installed
@@ -257,6 +260,13 @@ class Runtime:
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedError("the runtime is closed")
+
+    def check_thread(self, label: str, doing: str) -> None:
+        """``WrongThreadError`` naming ``label`` and what was ``doing`` unless the caller runs in
+        this runtime's trio run (on its thread), where its actors serve engines, streams and
+        events; entry points that reach the actors call it first. A blocking portal's runtime
+        is reached from any thread through the portal."""
+        self._completion.check_thread(label, doing)
 
     async def _shutdown(self) -> None:
         """Partition compiles finish, streams drain and finish their queues, engines finish their

@@ -83,6 +83,10 @@ class Stream:
     at once. The actor enqueues in submission order; with ``out_of_order``, only the ``deps``
     order commands. ``StreamFlags.profiling`` in ``flags`` says whether the stream records device
     times (the runtime adds it when an instrument needs them).
+
+    A stream takes submissions from the trio run of its runtime only: from another thread (or
+    another thread's ``trio.run``) each raises ``WrongThreadError`` before anything is enqueued
+    or told to instruments. A blocking portal's streams take them from any thread.
     """
 
     engine: Engine
@@ -106,9 +110,12 @@ class Stream:
         self._nursery = self.engine._runtime._nursery
 
     def _submission(self, label: str) -> Submission:
-        if self._actor.closed:
+        actor = self._actor
+        if actor.closed:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
-        return Submission(self._actor, label)
+        if not actor.on_run_thread():
+            actor.check_thread(label, f"submitted to a stream of {self.engine}")
+        return Submission(actor, label)
 
     def _hand_over(self, command: Command, started: int = 0) -> Event:
         """Tell the instruments, give ``command`` to the stream actor (which may enqueue it at
@@ -141,6 +148,8 @@ class Stream:
         actor = self._actor
         if actor.closed:
             raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
+        if not actor.on_run_thread():
+            actor.check_thread(primitive.label, f"submitted to a stream of {self.engine}")
         submission = Submission(actor, primitive.label)
         command = KernelLaunch(submission, deps, primitive, buffers)
         if INSTRUMENTS.submit_hooks:

@@ -7,11 +7,13 @@ fixture (pytest-trio runs it in the test's trio run) and nothing crosses tests.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 import pyopencl as cl
 import pytest
 import trio
+import trio.testing
 
 import triodnn
 from triodnn._runtime import default_engine_spec, find_device, parse_engine_spec
@@ -159,3 +161,54 @@ def user_gate(context: cl.Context):
 @pytest.fixture
 def gate():
     return user_gate
+
+
+def threads_since(before: set[threading.Thread]) -> set[threading.Thread]:
+    """Threads alive now that ``before`` (a ``set(threading.enumerate())``) lacked, less trio's
+    idle worker threads: trio keeps finished ``to_thread`` workers, process-wide, for reuse."""
+    return {t for t in threading.enumerate() if t not in before and not t.name.startswith("Trio thread ")}
+
+
+def in_a_thread(fn, *args):
+    """``fn(*args)`` in a new thread, joined before this returns: ``("returned", value)`` or
+    ``("raised", exception)``. The calling thread (a trio run's, too) waits meanwhile, so ``fn``
+    must not need it."""
+    outcome = []
+
+    def target():
+        try:
+            outcome.append(("returned", fn(*args)))
+        except BaseException as exc:  # handed to the test, which asserts on it
+            outcome.append(("raised", exc))
+
+    thread = threading.Thread(target=target, name="triodnn-test-other-thread")
+    thread.start()
+    thread.join()
+    return outcome[0]
+
+
+def in_another_trio_run(async_fn, *args):
+    """``await async_fn(*args)`` in a trio run of its own in a new thread, joined before this
+    returns: ``("returned", value)``, ``("raised", exception)``, or ``("blocked", None)`` when it
+    waited with every task of that run blocked, which would be forever, as nothing in that run
+    could wake it (then it is cancelled, so such a failure ends the test instead of hanging it)."""
+
+    async def main():
+        outcome = None
+        with trio.CancelScope() as blocked:
+            async with trio.open_nursery() as nursery:
+
+                async def unblock():
+                    await trio.testing.wait_all_tasks_blocked()
+                    blocked.cancel()
+
+                nursery.start_soon(unblock)
+                try:
+                    outcome = ("returned", await async_fn(*args))
+                except Exception as exc:  # handed to the test, which asserts on it
+                    outcome = ("raised", exc)
+                nursery.cancel_scope.cancel()
+        return outcome or ("blocked", None)
+
+    how, result = in_a_thread(trio.run, main)
+    return result if how == "returned" else (how, result)

@@ -30,6 +30,7 @@ from ._errors import ShapeInferenceError as ShapeInferenceError
 from ._errors import TriodnnError as TriodnnError
 from ._errors import UnsupportedError as UnsupportedError
 from ._errors import UnusableDeviceWarning as UnusableDeviceWarning
+from ._errors import WrongThreadError as WrongThreadError
 from ._gen_index_desc import GenIndexDesc as GenIndexDesc
 from ._keys import DeviceIdentity as DeviceIdentity
 from ._keys import DeviceInfo as DeviceInfo

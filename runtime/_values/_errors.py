@@ -64,6 +64,13 @@ class ClosedError(TriodnnError):
     """A runtime, engine or stream was used after it was closed."""
 
 
+class WrongThreadError(TriodnnError, RuntimeError):
+    """A call came from a thread that cannot serve it: an engine, stream or event of an open
+    runtime used outside that runtime's trio run (another thread, another trio run), or a
+    blocking portal used inside a trio run. A ``RuntimeError`` too, as trio's own refusals of
+    such calls are."""
+
+
 class InvalidGraphError(InvalidArgumentError):
     """A graph is malformed: duplicate or conflicting logical tensors, a second producer, a cycle,
     an unknown op kind or attribute, bad JSON, or an op added after partitioning."""

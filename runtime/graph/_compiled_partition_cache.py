@@ -69,6 +69,7 @@ async def compile_cached(partition: Partition, engine: Engine, inputs: list[Logi
     """
     if not isinstance(engine, Engine):
         raise InvalidArgumentError(f"engine is {type(engine).__name__}, expected triodnn.Engine")
+    engine.check_thread(f"partition {partition.id}", f"compiled for engine {engine}")
     key = CompiledPartitionKey.of(partition, engine, inputs, outputs)
     actor = engine._runtime._partition_cache_actor
     build = functools.partial(

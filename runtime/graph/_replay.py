@@ -139,6 +139,8 @@ class Replay:
         actor = stream._actor
         if actor.closed:
             raise ClosedError(f"stream of {stream.engine} is closed (its runtime has shut down)")
+        if not actor.on_run_thread():  # before a scratch set is taken for a run that never happens
+            actor.check_thread(self.label, f"submitted to a stream of {stream.engine}")
         scratch, extra = self._scratch_for(actor)
         buffers = tuple(t.memory.cl_buffer for t in inputs) + tuple(t.memory.cl_buffer for t in outputs) \
             + scratch.buffers

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import in_a_thread, in_another_trio_run
 
 import triodnn
 from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, StreamFlags
@@ -242,6 +243,28 @@ async def test_execute_checks_tensors(engine, rng):
         cp.execute(stream, ins[:2] + [wrong], [out])
     with pytest.raises(InvalidArgumentError, match="not its ports"):
         cp.execute(stream, ins + [Tensor(f32(9, [1]), engine)], [out])
+
+
+async def test_compile_and_execute_from_another_thread_are_refused_and_the_partition_runs_on(engine, rng):
+    """Compiling goes through the runtime's compiled-partition cache actor, and a compiled
+    partition submits its run as one record to the stream's actor; both belong to the runtime's
+    trio run: from another thread each is a WrongThreadError, and the partition still compiles
+    and runs in its own run."""
+    (p,) = mlp_graph().get_partitions()
+    how, error = in_another_trio_run(p.compile, engine)
+    assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
+    assert f"partition {p.id}: compiled for engine {engine}" in str(error)
+    cp = await p.compile(engine)
+    x, w, b = ints(rng, (8, 16)), ints(rng, (16, 12)), ints(rng, (12,))
+    ins = [await Tensor.from_numpy(lt, engine, a) for lt, a in zip(cp.inputs, (x, w, b))]
+    (out,) = [Tensor(lt, engine) for lt in cp.outputs]
+    stream = await engine.stream()
+    how, error = in_a_thread(cp.execute, stream, ins, [out])
+    assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
+    assert f"submitted to a stream of {engine}" in str(error)
+    assert stream.statistics().submitted == 0
+    await cp.execute(stream, ins, [out])
+    np.testing.assert_array_equal(await out.to_numpy(), np.maximum(x @ w + b, 0))
 
 
 async def test_out_of_order_execution_equals_in_order(engine, rng):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import trio
+from conftest import in_a_thread, threads_since
 
 import triodnn
 from triodnn import EltwiseDesc, MemoryDesc
@@ -300,3 +302,49 @@ def test_graph_runs_from_many_threads():
     assert errors == []
     assert done == {i: 3 for i in range(4)}
     assert (stats.runs_finished, stats.live_buffers) == (12, 0)
+
+
+# -- inside a trio run ------------------------------------------------------------------------------
+
+
+async def test_opening_a_portal_inside_trio_is_refused_before_its_thread_starts():
+    """It used to open (stalling the run while its runtime started), and then could not be
+    closed there: trio's untyped 'this is a blocking function', and the thread lived on."""
+    threads = set(threading.enumerate())
+    with pytest.raises(triodnn.WrongThreadError, match=r"opened inside a trio run.*use the async API directly"):
+        with triodnn.start_blocking():
+            pass
+    with pytest.raises(triodnn.WrongThreadError, match="opened inside a trio run"):
+        triodnn.BlockingPortal()
+    assert threads_since(threads) == set()
+
+
+def test_a_portal_used_entered_or_closed_inside_trio_is_refused_and_closes_outside():
+    threads = set(threading.enumerate())
+    portal = triodnn.start_blocking()
+    engine = portal.engine()
+
+    async def inside():
+        with pytest.raises(triodnn.WrongThreadError, match="called inside a trio run"):
+            portal.engine()
+        with pytest.raises(triodnn.WrongThreadError, match="called inside a trio run"):
+            engine.stream()
+        with pytest.raises(triodnn.WrongThreadError, match="entered inside a trio run"):
+            with portal:
+                pass
+        with pytest.raises(triodnn.WrongThreadError, match="closed inside a trio run"):
+            portal.close()
+        # A plain thread is outside trio: the portal serves it while this run waits for it.
+        how, stream = in_a_thread(engine.stream)
+        assert how == "returned", stream
+        return stream
+
+    stream = trio.run(inside)
+    stream.marker().wait()  # the portal is open and serving
+    # Its own runtime thread runs trio too, and would wait on itself.
+    with pytest.raises(triodnn.WrongThreadError, match="called inside a trio run"):
+        portal.run_sync(portal.engine)
+    portal.close()
+    with pytest.raises(triodnn.ClosedError, match="portal is closed"):
+        portal.engine()
+    assert threads_since(threads) == set()

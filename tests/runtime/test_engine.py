@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import pyopencl as cl
 import pytest
+from conftest import in_another_trio_run, threads_since
 
 import triodnn
-from triodnn import EngineNotFoundError, InvalidArgumentError, StreamFlags
+from triodnn import EltwiseDesc, EngineNotFoundError, InvalidArgumentError, MemoryDesc, StreamFlags
 from triodnn.actors import choose_out_of_order_strategy
 
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -291,3 +293,36 @@ async def test_gpu_engine_runs_relu(gpu_engine, rng):
     stream = await gpu_engine.stream()
     await stream.execute(relu, {"src": src, "dst": dst})
     np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
+
+
+# -- calls from outside the runtime's trio run ---------------------------------------------------------
+
+
+async def test_engine_calls_from_another_trio_run_are_refused_and_the_runtime_lives_on(rt, engine):
+    """create_primitive from another thread's trio.run used to hand its build to the runtime's
+    cache actor from there: trio's check failed in that run after taking the actor's task off
+    its channel, and the runtime never built anything again. Opening engines and streams, and
+    loading cache blobs, reach the runtime's actors too; each is refused first now."""
+    desc = EltwiseDesc("relu", MemoryDesc((8,)))
+    relu = await engine.create_primitive(desc)
+    blob = relu.cache_blob()
+    calls = {
+        "runtime.engine": (rt.engine,),
+        "engine.stream": (engine.stream,),
+        "engine.create_primitive": (engine.create_primitive, EltwiseDesc("tanh", MemoryDesc((8,)))),
+        "engine.load_primitive_cache_blob": (engine.load_primitive_cache_blob, engine.primitive_cache_blob()),
+        "engine.create_primitive_from_cache_blob": (engine.create_primitive_from_cache_blob, blob),
+    }
+    threads = set(threading.enumerate())
+    for name, call in calls.items():
+        how, error = in_another_trio_run(*call)
+        assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (name, how, error)
+        assert "from thread 'triodnn-test-other-thread'" in str(error), error
+    assert threads_since(threads) == set()
+    # The runtime goes on building, opening and running.
+    tanh = await engine.create_primitive(EltwiseDesc("tanh", MemoryDesc((8,))))
+    stream = await engine.stream()
+    x = np.linspace(-2.0, 2.0, 8, dtype=np.float32)
+    src, dst = await engine.from_numpy(x), engine.memory(MemoryDesc((8,)))
+    await stream.execute(tanh, {"src": src, "dst": dst})
+    np.testing.assert_allclose(await dst.to_numpy(), np.tanh(x), rtol=1e-5, atol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -9,6 +10,7 @@ import pyopencl as cl
 import pytest
 import trio
 import trio.testing
+from conftest import in_a_thread, in_another_trio_run, threads_since
 
 import triodnn
 from triodnn import BinaryDesc, EltwiseDesc, MemoryDesc, StreamFlags
@@ -435,3 +437,43 @@ async def test_a_completed_write_lets_its_host_array_go(engine):
     del array
     assert alive() is None and event.done
     np.testing.assert_array_equal(await memory.to_numpy(), np.ones(1000, np.float32))
+
+
+# -- submissions from outside the runtime's trio run -----------------------------------------------------
+
+
+async def test_submissions_from_another_thread_or_trio_run_are_refused_and_the_stream_lives_on(engine, build):
+    """A stream used to take them unchecked: the submitting call enqueued from the other thread,
+    or sent the command through the actor's trio channel, whose wake-up of the actor's task
+    from another thread fails trio's own check. Each is refused now, before anything is
+    enqueued, and the stream goes on serving its own run."""
+    relu = (await build({"relu": EltwiseDesc("relu", DESC)}))["relu"]
+    stream = await engine.stream()
+    x = np.linspace(-1.0, 1.0, DESC.nelems, dtype=np.float32).reshape(SHAPE)
+    src, dst = await engine.from_numpy(x), engine.memory(DESC)
+    out = np.empty(SHAPE, np.float32)
+    calls = {
+        relu.label: lambda: stream.execute(relu, {"src": src, "dst": dst}),
+        f"write:{DESC}": lambda: stream.write(dst, x),
+        f"read:{DESC}": lambda: stream.read(dst, out),
+        "marker": stream.marker,
+        "barrier": stream.barrier,
+    }
+
+    async def in_trio(call):
+        return call()
+
+    submitted = stream.statistics().submitted
+    threads = set(threading.enumerate())
+    for label, call in calls.items():
+        for how, error in (in_a_thread(call), in_another_trio_run(in_trio, call)):
+            assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (label, how, error)
+            assert str(error).startswith(f"{label}: submitted") and f"submitted to a stream of {engine}" in str(error)
+            assert "start_blocking()" in str(error)
+    how, error = in_another_trio_run(stream.wait)
+    assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
+    assert stream.statistics().submitted == submitted  # nothing reached OpenCL
+    assert threads_since(threads) == set()
+
+    await stream.execute(relu, {"src": src, "dst": dst})
+    np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
