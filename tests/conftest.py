@@ -56,6 +56,23 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(engine_report())
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A skip inside a trio test keeps its reason and line. pytest-trio (0.8) catches the exception
+    group trio wraps the test's ``Skipped`` in and calls ``pytest.skip()`` afresh, without the
+    reason: a skip naming what is missing (tests/_shared.py) would report a bare "Skipped" at
+    pytest's own line. The test's own ``Skipped``, the group's one leaf, is raised instead."""
+    try:
+        return (yield)
+    except pytest.skip.Exception as skip:
+        inner = skip.__context__
+        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+            inner = inner.exceptions[0]
+        if isinstance(inner, pytest.skip.Exception) and inner is not skip:
+            raise inner from None
+        raise
+
+
 @pytest.fixture
 async def rt():
     async with triodnn.open_runtime() as runtime:

@@ -1,5 +1,5 @@
-"""oneDNN's CI set for benchdnn's graph driver (../shared/graphs/benchdnn/test_graph_ci, skipped
-cleanly without ../shared): the harness parses into its 225 runs, and a fixed sample of them,
+"""oneDNN's CI set for benchdnn's graph driver (../shared/graphs/benchdnn/test_graph_ci; see
+tests/_shared.py where absent): the harness parses into its 225 runs, and a fixed sample of them,
 every seventh run whose graph inputs hold at most 4M elements (the 64M-element reshapes and
 transposes take 10-15 s each on 2 cores), runs with benchdnn's verdict: every run must pass,
 inference, quantized and training alike. The whole set is a command, not a test (3 minutes on 2
@@ -13,10 +13,11 @@ import math
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn.testing import parse_harness, rewrite_graph, run_benchdnn
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn"
+SHARED = GRAPHS / "benchdnn"
 SUITE = SHARED / "test_graph_ci"
 SAMPLE = 7
 MAX_INPUT_ELEMENTS = 1 << 22
@@ -32,8 +33,7 @@ def input_elements(run) -> int:
 
 @pytest.fixture(scope="module")
 def runs():
-    if not SUITE.is_file():
-        pytest.skip(f"no benchdnn CI set at {SHARED} (../shared is absent)")
+    require(SUITE)
     return parse_harness(SUITE)
 
 

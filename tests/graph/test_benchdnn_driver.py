@@ -1,6 +1,6 @@
 """``triodnn graph`` speaking benchdnn: harness files and their options parsed into runs, each
 run's options applied to a graph document, and a small harness run end to end against oneDNN's
-CI graphs (../shared/graphs/benchdnn; those tests skip cleanly without ../shared)."""
+CI graphs (../shared/graphs/benchdnn; see tests/_shared.py where absent)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn._cli import main
 from triodnn._values._errors import InvalidArgumentError
@@ -24,13 +25,8 @@ from triodnn.testing._benchdnn import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "graphs" / "benchdnn"
+SHARED = GRAPHS / "benchdnn"
 EXAMPLES = ROOT / "examples" / "graphs"
-
-
-def _require_shared():
-    if not (SHARED / "op" / "f32" / "abs.json").is_file():
-        pytest.skip(f"no benchdnn graphs at {SHARED} (../shared is absent)")
 
 
 def _runs(text: str, tmp_path: Path, **kw) -> list[Run]:
@@ -277,7 +273,7 @@ def test_in_shapes_of_unknown_or_internal_tensors_are_invalid():
 # --- end to end ------------------------------------------------------------------------------
 
 def test_harness_end_to_end_states_and_summary(tmp_path, capsys, monkeypatch):
-    _require_shared()
+    require(SHARED / "op" / "f32" / "abs.json")
     monkeypatch.chdir(SHARED)  # the cases are named as benchdnn's inputs/graph names them
     (tmp_path / "inner").write_text(
         "--reset --in-shapes=0:2x3x4x5 --op-kind=0:Abs,0:Exp --case=op/f32/abs.json\n")

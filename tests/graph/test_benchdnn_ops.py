@@ -1,5 +1,5 @@
 """The graph ops PReLU, SoftMax with stats, Interpolate and ConvTranspose end to end: oneDNN's
-benchdnn CI graphs (../shared/graphs/benchdnn/op, skipped where ../shared is absent) and small
+benchdnn CI graphs (../shared/graphs/benchdnn/op; see tests/_shared.py where absent) and small
 graphs written here, through the ``triodnn graph`` driver (``run_case``) in correctness mode,
 each one partition.
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import from_dict
@@ -26,7 +27,7 @@ from triodnn.graph._shape_inference import (
 )
 from triodnn.testing import run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 
 @pytest.fixture
@@ -53,8 +54,7 @@ def _write_op(tmp_path: Path, kind: str, attrs: dict, inputs, outputs, dtype: st
 
 def _benchdnn(name: str) -> Path:
     path = BENCHDNN / name
-    if not path.is_file():
-        pytest.skip(f"no benchdnn graph {path} (../shared is absent)")
+    require(path)
     return path
 
 

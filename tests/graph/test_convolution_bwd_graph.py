@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _graph_helpers import graph_of, lt, run
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Op
@@ -17,14 +18,13 @@ from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.kernels import convolution, deconvolution
 from triodnn.testing import parse_harness, run_benchdnn
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn"
+SHARED = GRAPHS / "benchdnn"
 BWD_CASES = ("conv_bwd_d", "conv_bwd_w", "deconv_bwd_d", "deconv_bwd_w")
 
 
 async def test_the_ci_runs_pass_with_benchdnn_verdicts(engine, monkeypatch):
     harness = SHARED / "op" / "harness_f32_ci"
-    if not harness.is_file():
-        pytest.skip(f"no benchdnn harness at {harness} (../shared is absent)")
+    require(harness)
     monkeypatch.chdir(SHARED)
     runs = [r for r in parse_harness(harness) if any(Path(r.case).name.startswith(c) for c in BWD_CASES)]
     assert len(runs) == 4

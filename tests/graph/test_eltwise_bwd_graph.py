@@ -6,10 +6,10 @@ ops' shapes, attributes and lowering on small graphs written here."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
@@ -17,7 +17,7 @@ from triodnn.graph._op_schema import ELTWISE_BACKWARD_KINDS, eltwise_backward_pa
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.testing import run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 # (graph, op kind it is run as, data type): the eltwise backward runs of op/harness_{f32,f16,bf16}_ci.
 CI_RUNS = [
@@ -47,8 +47,7 @@ def _small(document: dict, kind: str | None) -> dict:
 
 @pytest.mark.parametrize(("case", "kind", "dt"), CI_RUNS)
 async def test_the_ci_graphs_pass_with_benchdnn_verdicts(engine, tmp_path, case, kind, dt):
-    if not (BENCHDNN / case).is_file():
-        pytest.skip(f"no benchdnn graphs at {BENCHDNN} (../shared is absent)")
+    require(BENCHDNN / case)
     path = tmp_path / case
     path.write_text(json.dumps(_small(json.loads((BENCHDNN / case).read_text()), kind)))
     result = await run_case(path, engine=engine, dt=dt, expected_n_partitions=1)

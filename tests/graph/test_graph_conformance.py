@@ -1,7 +1,7 @@
 """oneDNN's own serialized graphs (../shared/graphs/public, see its SOURCES.txt) through the
 ``triodnn graph`` driver in correctness mode: every output equals the op-by-op numpy reference
-within benchdnn's tolerances, and the partition counts are oneDNN's. Skips cleanly without
-../shared; the project's own examples always run."""
+within benchdnn's tolerances, and the partition counts are oneDNN's. Without ../shared (see
+tests/_shared.py) these fail under CI and skip elsewhere; the project's own examples always run."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn._cli import main
 from triodnn.testing import run_case
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC = ROOT.parent / "shared" / "graphs" / "public"
+PUBLIC = GRAPHS / "public"
 PUBLIC_CASES = sorted(PUBLIC.glob("*.json")) if PUBLIC.is_dir() else []
 EXAMPLES = sorted((ROOT / "examples" / "graphs").glob("*.json"))
 
@@ -36,21 +37,16 @@ def _ids(paths):
     return [p.stem for p in paths]
 
 
-def _require_public():
-    if not PUBLIC_CASES:
-        pytest.skip(f"no oneDNN graphs at {PUBLIC} (../shared is absent)")
-
-
 @pytest.mark.parametrize("path", PUBLIC_CASES or [None], ids=_ids(PUBLIC_CASES) or ["absent"])
 async def test_public_graph_passes_fused(engine, path):
-    _require_public()
+    require(PUBLIC)
     result = await run_case(path, engine=engine, expected_n_partitions=1)
     assert result.status == "PASSED", result.summary()
 
 
 @pytest.mark.parametrize("path", DEBUG_CASES or [None], ids=_ids(DEBUG_CASES) or ["absent"])
 async def test_public_graph_passes_op_by_op(engine, path):
-    _require_public()
+    require(PUBLIC)
     result = await run_case(path, engine=engine, policy="debug")
     assert result.status == "PASSED", result.summary()
     ops = [op for op in json.loads(path.read_text())["graph"] if op["kind"] != "End"]
@@ -93,7 +89,7 @@ def test_cli_in_shapes_reinfers_the_graph(capsys):
     ("MHA-distill_bert-inf-fp32-bs1.json", "bf16"), ("sdpa-plain-simplified-f32.json", "0:bf16+1:bf16"),
 ])
 async def test_public_graph_with_other_data_types(engine, name, dt):
-    _require_public()
+    require(PUBLIC / name)
     result = await run_case(PUBLIC / name, engine=engine, dt=dt)
     assert result.status == "PASSED", result.summary()
 

@@ -1,7 +1,7 @@
 """oneDNN Graph op semantics: schemas, shape inference, numpy references, filling, tolerances.
 
 Everything here is pure numpy (no device). The last section walks the serialized graphs of
-oneDNN's benchdnn inputs under shared/graphs/public (skipped where that folder is absent).
+oneDNN's benchdnn inputs under ../shared/graphs/public (see tests/_shared.py where absent).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, UnsupportedError
 from triodnn.graph._op_schema import (
@@ -30,7 +31,7 @@ from triodnn.graph._shape_inference import (
 )
 from triodnn.testing import ROLES, fill_input, narrowest_dtype, reference, to_dtype_values, tolerance
 
-PUBLIC_GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
+PUBLIC_GRAPHS = GRAPHS / "public"
 INT64_MIN = -(2**63)
 
 CONV_NCX = {"strides": [1, 1], "pads_begin": [0, 0], "pads_end": [0, 0], "dilations": [1, 1],
@@ -927,11 +928,9 @@ def test_narrowest_dtype():
 
 
 def public_graphs() -> list[Path]:
-    if not PUBLIC_GRAPHS.is_dir():
-        pytest.skip(f"{PUBLIC_GRAPHS} is absent (shared data not mounted)")
+    require(PUBLIC_GRAPHS)
     paths = sorted(PUBLIC_GRAPHS.glob("*.json"))
-    if not paths:
-        pytest.skip(f"no serialized graphs under {PUBLIC_GRAPHS}")
+    assert paths, f"no serialized graphs under {PUBLIC_GRAPHS}"
     return paths
 
 

@@ -6,13 +6,13 @@ max_in_flight, and cancelling one leaves no buffer, task or pending callback beh
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
 import pytest
 import trio
 import trio.testing
+from _shared import GRAPHS, require
 
 import triodnn
 from triodnn import (
@@ -34,7 +34,7 @@ from triodnn.graph import (
 )
 from triodnn.testing import make_inputs, run_graph
 
-PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
+PUBLIC = GRAPHS / "public"
 PUBLIC_CASES = sorted(PUBLIC.glob("*.json")) if PUBLIC.is_dir() else []
 # Small enough to run op by op (many partitions: a real DAG) in the suite's time budget.
 DEBUG_NAMES = {
@@ -157,8 +157,7 @@ def random_inputs(graph: Graph, seed: int) -> dict:
 
 @pytest.mark.parametrize("path", DEBUG_CASES or [None], ids=[p.stem for p in DEBUG_CASES] or ["absent"])
 async def test_public_graph_as_a_dag_equals_in_order(engine, path):
-    if path is None:
-        pytest.skip(f"no oneDNN graphs at {PUBLIC} (../shared is absent)")
+    require(PUBLIC)
     graph = load(path)
     arrays = make_inputs(graph, seed=3)
     _, want, _ = await run_graph(graph, engine, await engine.stream(), arrays, "debug")
@@ -172,10 +171,10 @@ async def test_public_graph_as_a_dag_equals_in_order(engine, path):
 
 
 async def test_public_graphs_fused_through_the_runner(engine):
-    cases = [p for p in PUBLIC_CASES if p.name in ("gated-mlp-f32.json", "sdpa-plain-simplified-f32.json",
-                                                   "conv_bias_sum_fusion.json", "matmul_select.json")]
-    if not cases:
-        pytest.skip(f"no oneDNN graphs at {PUBLIC} (../shared is absent)")
+    cases = [PUBLIC / name for name in ("conv_bias_sum_fusion.json", "gated-mlp-f32.json", "matmul_select.json",
+                                        "sdpa-plain-simplified-f32.json")]
+    for path in cases:
+        require(path)
     ooo = await engine.stream(StreamFlags.out_of_order)
     for path in cases:
         graph = load(path)

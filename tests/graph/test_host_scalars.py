@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import ArgumentMismatchError, InvalidArgumentError, StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor, compile_graph, from_dict, load, to_dict
 from triodnn.testing import make_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "graphs" / "benchdnn"
+SHARED = GRAPHS / "benchdnn"
 BOTTOM_RIGHT = SHARED / "complex_fusion" / "mha" / "sdpa-plain-bottom-right-implicit-causal-mask-f16-f32.json"
 
 
@@ -114,13 +115,8 @@ async def test_graph_runner_takes_numbers_for_host_scalars(engine):
         await runner.run(stream, {0: x, 1: np.ones(2), 3: x})
 
 
-def _require_shared():
-    if not BOTTOM_RIGHT.is_file():
-        pytest.skip(f"no benchdnn graphs at {SHARED} (../shared is absent)")
-
-
 def test_driver_fills_bottom_right_causal_offsets_with_sequence_lengths():
-    _require_shared()
+    require(BOTTOM_RIGHT)
     graph = load(BOTTOM_RIGHT)
     assert {graph.tensor(10).property_type, graph.tensor(13).property_type} == {"host_scalar"}
     arrays = make_inputs(graph)
@@ -131,7 +127,7 @@ def test_driver_fills_bottom_right_causal_offsets_with_sequence_lengths():
 
 async def test_bottom_right_causal_mask_runs_with_host_scalars(engine):
     """A small bottom-right causal mask (Sq 4 < Skv 6): row i sees keys up to i + 2."""
-    _require_shared()
+    require(BOTTOM_RIGHT)
     import json
 
     from triodnn.testing import run_benchdnn

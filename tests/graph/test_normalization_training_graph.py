@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from _graph_helpers import graph_of, lt, run
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Op
@@ -20,7 +20,7 @@ from triodnn.graph._op_schema import check_op
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.testing import run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 N, C, H, W = 2, 6, 5, 7
 
@@ -71,8 +71,7 @@ def _affine_layer_norm(document: dict) -> dict:
 
 
 def _load(name: str) -> dict:
-    if not (BENCHDNN / name).is_file():
-        pytest.skip(f"no benchdnn graphs at {BENCHDNN} (../shared is absent)")
+    require(BENCHDNN / name)
     return json.loads((BENCHDNN / name).read_text())
 
 

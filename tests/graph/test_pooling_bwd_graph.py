@@ -6,10 +6,10 @@ src_shape input on small graphs written here."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
@@ -17,7 +17,7 @@ from triodnn.graph._op_schema import RECOGNISED_NOT_RUN, check_op
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.testing import reference, run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 
 def _dense(shape):
@@ -56,8 +56,7 @@ RUNS = [
 
 @pytest.mark.parametrize(("case", "attrs", "shapes", "dt"), RUNS)
 async def test_the_ci_graphs_pass_with_benchdnn_verdicts(engine, tmp_path, case, attrs, shapes, dt):
-    if not (BENCHDNN / case).is_file():
-        pytest.skip(f"no benchdnn graphs at {BENCHDNN} (../shared is absent)")
+    require(BENCHDNN / case)
     path = tmp_path / case
     path.write_text(json.dumps(_small(json.loads((BENCHDNN / case).read_text()), attrs, shapes)))
     result = await run_case(path, engine=engine, dt=dt, expected_n_partitions=1)

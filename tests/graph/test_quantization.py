@@ -1,21 +1,20 @@
 """Quantized graphs: the low-precision storage types (f8_e4m3, f8_e5m2, s4, u4) through graph
 TypeCast and StaticTranspose, static Quantize / Dequantize ops, and oneDNN's CI graphs for them
-(../shared, skipped where absent), checked against numpy references."""
+(../shared; see tests/_shared.py where absent), checked against numpy references."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 from _graph_helpers import graph_of, lt, run
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn._values import _dtypes
 from triodnn.graph import Graph, Op, compile_graph
 from triodnn.testing import run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 
 
@@ -108,8 +107,7 @@ async def test_dynamic_scales_shape_errors(engine):
                                   "dynamicdq_u4.json", "../bf16/dynamicdq_s4.json"])
 async def test_onednn_ci_graphs(engine, name):
     path = BENCHDNN / name
-    if not path.is_file():
-        pytest.skip(f"no benchdnn graph {path} (../shared is absent)")
+    require(path)
     result = await run_case(path, engine=engine, expected_n_partitions=1)
     assert result.status == "PASSED", result.summary()
 

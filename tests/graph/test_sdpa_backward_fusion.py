@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 
 import triodnn
 from triodnn.graph import from_dict
@@ -20,7 +21,7 @@ from triodnn.kernels import sdpa_backward
 from triodnn.testing import run_case
 from triodnn.testing._driver import parse_in_shapes, rewrite
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "complex_fusion" / "mha"
+SHARED = GRAPHS / "benchdnn" / "complex_fusion" / "mha"
 B, H, SQ, SKV, D = 1, 2, 20, 28, 16
 
 
@@ -177,8 +178,7 @@ GQA = ("100:1x2x4x32x16+101:1x2x1x32x16+104:1x2x1x32x16+105:1x2x4x32x16+10:1x2x4
 ])
 async def test_ci_graphs(engine, tmp_path, name, shapes, fused):
     path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"no benchdnn graph {path} (../shared is absent)")
+    require(path)
     await check(engine, path, fused=fused, in_shapes=shapes)
     # The primitive kinds at the small shapes: the file rewritten as the driver rewrites it.
     document = rewrite(json.loads(path.read_text()), parse_in_shapes(shapes), None, {})

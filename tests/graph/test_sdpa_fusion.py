@@ -6,7 +6,7 @@ after the scale, implicit causal masks (top-left, and bottom-right with host-sca
 soft-capping, f16/bf16 probabilities with SoftMax's
 statistics, the transposed JAX form, output transposes and reshapes), chains the kernel's order
 cannot express (they stay op by op and still pass), and the CI graphs themselves where they run
-in about a second (skipped without ../shared).
+in about a second (from ../shared: tests/_shared.py says what runs without it).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import json
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn.graph import from_dict
 from triodnn.kernels import sdpa as sdpa_kernel
 from triodnn.kernels import select_config
 from triodnn.testing import run_case
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "complex_fusion" / "mha"
+SHARED = GRAPHS / "benchdnn" / "complex_fusion" / "mha"
 
 
 def _strides(shape):
@@ -274,8 +275,7 @@ WIDE_HEADS = {"MHA-GPT-inf-fp32-bs1.json", "codegemma-bf16-f32.json", "gemma2-bf
 @pytest.mark.parametrize("name", list(CI))
 async def test_ci_graph_fuses_to_one_sdpa(engine, name):
     path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"no benchdnn graph {path} (../shared is absent)")
+    require(path)
     on_gpu_config = engine._config.vector_width == 1
     await check(engine, path, fused=not (on_gpu_config and name in WIDE_HEADS), in_shapes=CI[name])
 

@@ -1,20 +1,19 @@
-"""oneDNN's quantized attention graphs (../shared/graphs/benchdnn/complex_fusion/mha, skipped
-cleanly without ../shared) compile to one fused SDPA primitive each, Dequantize / DynamicDequantize /
+"""oneDNN's quantized attention graphs (../shared/graphs/benchdnn/complex_fusion/mha; see
+tests/_shared.py where absent) compile to one fused SDPA primitive each, Dequantize / DynamicDequantize /
 TypeCast / Quantize included, and pass with benchdnn's verdict: the u8 outputs of the int8 MHA
 graph equal the op-by-op reference exactly (the kernel rounds to bf16 where the graph does)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn.graph._compiled_partition import compile_partition
 from triodnn.graph._json import load
 from triodnn.kernels import sdpa
 from triodnn.testing import run_case
 
-MHA = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "complex_fusion" / "mha"
+MHA = GRAPHS / "benchdnn" / "complex_fusion" / "mha"
 # name: (Sq, Skv, D, Dv)
 GRAPHS = {
     "MHA-distill_bert-inf-int8-bs1.json": (128, 128, 64, 64),  # u8 Q/K/V, bf16 scores, u8 probabilities and dst
@@ -27,8 +26,7 @@ GRAPHS = {
 @pytest.mark.parametrize("name", list(GRAPHS))
 async def test_quantized_attention_is_one_fused_primitive_and_passes(engine, name):
     path = MHA / name
-    if not path.is_file():
-        pytest.skip(f"no {path} (../shared is absent)")
+    require(path)
     (partition,) = load(path).get_partitions()
     ins, outs = list(partition.input_ports), list(partition.output_ports)
     compiled = await compile_partition(partition, engine, ins, outs, partition._infer(ins, outs, declared=True))

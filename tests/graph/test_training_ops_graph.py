@@ -7,17 +7,17 @@ here, checked against numpy."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.testing import run_case
 
-BENCHDNN = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "benchdnn" / "op" / "f32"
+BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
 # (graph, op attributes set as the harness's --op-attrs, data type, shapes by tensor id or None):
 # every run of these kinds in op/harness_{f32,f16,bf16}_ci.
@@ -44,8 +44,7 @@ def _edited(document: dict, attrs: dict, shapes: dict | None) -> dict:
 
 @pytest.mark.parametrize(("case", "attrs", "dt", "shapes"), CI_RUNS)
 async def test_the_ci_runs_pass_with_benchdnn_verdicts(engine, tmp_path, case, attrs, dt, shapes):
-    if not (BENCHDNN / case).is_file():
-        pytest.skip(f"no benchdnn graphs at {BENCHDNN} (../shared is absent)")
+    require(BENCHDNN / case)
     path = tmp_path / case
     path.write_text(json.dumps(_edited(json.loads((BENCHDNN / case).read_text()), attrs, shapes)))
     result = await run_case(path, engine=engine, dt=dt, expected_n_partitions=1)

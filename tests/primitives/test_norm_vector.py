@@ -48,9 +48,31 @@ async def test_layer_norm_vector_path(engine, rng, case, affine):
     tolerance.check(got["variance"], v, normalization.STATS)
 
 
-def test_rows_per_work_item_and_gpu_config_unchanged():
-    short = generate(LayerNormDesc(MemoryDesc((4096, 32))), CPU)
-    assert short.impl.startswith("ocl:row:v16") and "r" in short.impl.split(":")[-1][1:]
+async def test_rows_per_work_item_and_gpu_config_unchanged(engine, rng):
+    """Rows of 32: four per work-item (``r4``), each row's dst and statistics against the
+    reference (a row index off by one there leaves a quarter of the rows wrong); the GPU
+    configuration keeps its own paths."""
+    engine._config = CPU  # the CPU configuration's path, whichever device the default engine is
+    dims = (4096, 32)
+    stats = MemoryDesc(dims[:-1])
+    layer = LayerNormDesc(MemoryDesc(dims), epsilon=1e-3, scale=MemoryDesc((32,)), shift=MemoryDesc((32,)),
+                          mean=stats, variance=stats)
+    rms = RMSNormDesc(MemoryDesc(dims), epsilon=1e-3, scale=MemoryDesc((32,)), rrms=stats)
+    arrays = {"src": _src(rng, dims), "scale": rng.uniform(0.5, 1.5, 32).astype(np.float32),
+              "shift": rng.uniform(-1.0, 1.0, 32).astype(np.float32)}
+    for desc in (layer, rms):
+        assert (await engine.create_primitive(desc)).impl == "ocl:row:v16l16r4"
+    got = await execute(engine, layer, arrays, outputs=("dst", "mean", "variance"))
+    ref, m, v = normalization.layer_reference(arrays["src"], epsilon=1e-3, scale=arrays["scale"],
+                                              shift=arrays["shift"])
+    tolerance.check(got["dst"], ref, normalization.LNORM)
+    tolerance.check(got["mean"], m, normalization.STATS)
+    tolerance.check(got["variance"], v, normalization.STATS)
+    got = await execute(engine, rms, {"src": arrays["src"], "scale": arrays["scale"]}, outputs=("dst", "rrms"))
+    tolerance.check(got["dst"], normalization.rms_reference(arrays["src"], epsilon=1e-3, scale=arrays["scale"]),
+                    normalization.RMSNORM)
+    tolerance.check(got["rrms"], normalization.rms_statistics_reference(arrays["src"], epsilon=1e-3),
+                    normalization.STATS)
     gpu = select_config("gpu", 1024)
     assert generate(LayerNormDesc(MemoryDesc((8, 1024))), gpu).impl.startswith("ocl:wg_row:")
     assert generate(RMSNormDesc(MemoryDesc((8, 16))), gpu).impl == f"ocl:row:v1l{gpu.local_size}"

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _shared import GRAPHS, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ import triodnn
 from triodnn.graph import Graph, LogicalTensor, Op, from_dict, load, to_dict
 from triodnn.graph._op_schema import OP_SCHEMAS
 
-PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "graphs" / "public"
+PUBLIC = GRAPHS / "public"
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 EXAMPLES = int(os.environ.get("TRIODNN_FUZZ_EXAMPLES", "100"))
 
@@ -52,7 +53,16 @@ def _public_documents() -> dict[str, dict]:
 DOCUMENTS = _public_documents()
 # An f32 attribute of 1e40 becomes inf (float32 holds no more), as oneDNN stores it; numpy warns.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
-needs_public = pytest.mark.skipif(not DOCUMENTS, reason=f"no public graphs at {PUBLIC}")
+
+
+@pytest.fixture(scope="module")
+def public_graphs():
+    """Module-scoped, as hypothesis's ``@given`` tests allow: fails under CI, skips elsewhere,
+    without the public graphs (tests/_shared.py)."""
+    require(PUBLIC)
+
+
+needs_public = pytest.mark.usefixtures("public_graphs")
 
 
 # -- the property ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ being initialised while its own submodules import is not a cycle: that is how pa
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -18,8 +19,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "runtime", ROOT / "actors", ROOT / "kernels"]
 
+# The modules of triodnn that need an optional dependency, and the package each imports for it:
+# triodnn.dask needs dask's distributed scheduler (triodnn[dask]). Where that package is not
+# installed the probe leaves the module out (and says so); anywhere else the module must import.
+OPTIONAL = {"triodnn.dask": "distributed"}
+# Packages the probe hides with --hide-optional, as an installation without triodnn[dask] lacks them.
+HIDDEN = ("dask", "distributed")
+
 _PROBE = r"""
 import builtins, importlib, json, pkgutil, sys
+
+OPTIONAL, HIDDEN = json.loads(sys.argv[1]), tuple(json.loads(sys.argv[2]))
+if sys.argv[3] == "--hide-optional":
+    class _Uninstalled:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in HIDDEN:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, _Uninstalled())
+
+
+def installed(package):
+    try:
+        importlib.import_module(package)
+    except ModuleNotFoundError as error:
+        return error.name != package  # another module missing: installed but broken, imported below
+    return True
+
 
 cycles = []
 _import = builtins.__import__
@@ -53,25 +80,55 @@ def hook(name, globals=None, locals=None, fromlist=(), level=0):
 
 builtins.__import__ = hook
 import triodnn
-modules = ["triodnn"]
+modules, left_out = ["triodnn"], []
 for info in pkgutil.walk_packages(triodnn.__path__, "triodnn."):
     if info.name.endswith("__main__"):
         continue
+    if info.name in OPTIONAL and not installed(OPTIONAL[info.name]):
+        left_out.append(info.name)
+        continue
     importlib.import_module(info.name)
     modules.append(info.name)
-print(json.dumps({"cycles": cycles, "modules": modules}))
+print(json.dumps({"cycles": cycles, "modules": modules, "left_out": left_out}))
 """
 
 
-def test_import_triodnn_enters_no_cycle():
-    """Every module of triodnn imported in a fresh interpreter; none reached half-initialised."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+def probe(*flags: str) -> dict:
+    """Run the probe in a fresh interpreter; its modules imported, those left out, the cycles."""
+    args = [sys.executable, "-c", _PROBE, json.dumps(OPTIONAL), json.dumps(HIDDEN), *(flags or ("--",))]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _installed(package: str) -> bool:
+    """As the probe decides: ``package`` imports, or fails for another module (installed but
+    broken: the probe's import of the module needing it then fails the test)."""
+    try:
+        importlib.import_module(package)
+    except ModuleNotFoundError as error:
+        return error.name != package
+    return True
+
+
+def test_import_triodnn_enters_no_cycle():
+    """Every module of triodnn imported in a fresh interpreter (triodnn.dask only where dask's
+    distributed is installed); none reached half-initialised."""
+    result = probe()
     assert len(result["modules"]) > 40, result["modules"]  # the walk really covered the package
+    assert result["left_out"] == [name for name, package in OPTIONAL.items() if not _installed(package)]
     assert result["cycles"] == [], "imports through a cycle (importer, half-initialised module): " + ", ".join(
         f"{a} -> {b}" for a, b in result["cycles"]
     )
+
+
+def test_without_dask_only_triodnn_dask_is_left_out():
+    """As where triodnn[dask] is not installed (dask and distributed hidden): the probe leaves
+    out triodnn.dask and nothing else, and every other module imports without them."""
+    result = probe("--hide-optional")
+    assert result["left_out"] == ["triodnn.dask"]
+    assert len(result["modules"]) > 40 and "triodnn.dask" not in result["modules"]
+    assert result["cycles"] == []
 
 
 def _function_local_imports(path: Path) -> list[str]:
