@@ -5,13 +5,17 @@ entries go into the primitive cache, and engines load the binaries. It records t
 version, its own format version and the device identity, and is refused (``CacheBlobError``)
 when any of them differs from the engine loading it.
 
-Layout: ``MAGIC``, a little-endian u32 header length, the UTF-8 JSON header, then the binaries
-back to back (the header gives each entry's offset and size). JSON rather than pickle: loading a
-blob never runs code.
+Layout (format 2): ``MAGIC``, little-endian u32 format version and u32 header length, the 32-byte
+BLAKE2b digest of those two numbers and the header, the UTF-8 JSON header, then the binaries back
+to back (the header gives each entry's offset, size and BLAKE2b digest). JSON rather than pickle:
+loading a blob never runs code. Digests because a device compiler trusts the binaries it is
+given (PoCL aborts or crashes the process on a damaged one) and the header holds each kernel's
+launch geometry; every digest is checked before anything reaches OpenCL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 
@@ -25,8 +29,59 @@ from ._op_desc import OP_KINDS
 from ._quantization import Quantization
 
 MAGIC = b"TRIODNN-PRIMITIVE-CACHE-BLOB\n"
-FORMAT_VERSION = 1
-_LENGTH = struct.Struct("<I")
+FORMAT_VERSION = 2
+_PREFIX = struct.Struct("<II")  # format version, header length
+_DIGEST_SIZE = 32
+_HEADER_START = len(MAGIC) + _PREFIX.size + _DIGEST_SIZE
+
+
+def _digest(*parts: bytes | memoryview) -> bytes:
+    hasher = hashlib.blake2b(digest_size=_DIGEST_SIZE)
+    for part in parts:
+        hasher.update(part)
+    return hasher.digest()
+
+
+def frame(header: bytes, binaries: bytes) -> bytes:
+    """A blob of the JSON ``header`` and the ``binaries`` its entries describe."""
+    prefix = _PREFIX.pack(FORMAT_VERSION, len(header))
+    return b"".join([MAGIC, prefix, _digest(prefix, header), header, binaries])
+
+
+def unframe(blob: bytes) -> tuple[bytes, memoryview]:
+    """``blob``'s JSON header, its digest checked, and the binaries after it (unchecked: the
+    header holds their digests); ``CacheBlobError`` for a blob of another format, or one
+    damaged or cut short."""
+    view = memoryview(blob)
+    if not blob.startswith(MAGIC):
+        raise CacheBlobError("blob is not a triodnn primitive cache blob (bad magic)")
+    if len(blob) < _HEADER_START:
+        raise CacheBlobError(f"blob is truncated: {len(blob)} bytes, shorter than a blob's fixed prefix")
+    prefix = view[len(MAGIC) : len(MAGIC) + _PREFIX.size]
+    found, length = _PREFIX.unpack(prefix)
+    if found != FORMAT_VERSION:
+        # Format 1 had its header length where the format now is, and its JSON header right after.
+        if blob[len(MAGIC) + 4 :].startswith(b'{"format": 1,'):
+            found = 1
+        raise CacheBlobError(
+            f"blob format {found}; this triodnn reads {FORMAT_VERSION} (write the blob again with it)"
+        )
+    end = _HEADER_START + length
+    if end > len(blob):
+        raise CacheBlobError(
+            f"blob header runs past the blob's end ({end} bytes needed, {len(blob)} there): truncated or damaged"
+        )
+    header = view[_HEADER_START:end]
+    if _digest(prefix, header) != bytes(view[len(MAGIC) + _PREFIX.size : _HEADER_START]):
+        raise CacheBlobError("blob header is damaged: its checksum does not match")
+    return bytes(header), view[end:]
+
+
+def _entry_name(index: int, entry) -> str:
+    spec = entry.get("spec") if isinstance(entry, dict) else None
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return f"blob entry {index} (kernel {name!r})" if isinstance(name, str) else f"blob entry {index}"
+
 
 def _value_to_json(value):
     if isinstance(value, MemoryDesc):
@@ -69,10 +124,10 @@ def _key_to_json(key: PrimitiveKey) -> dict:
     }
 
 
-def _key_from_json(data: dict, device) -> PrimitiveKey:
+def _key_from_json(data: dict, device, entry_name: str) -> PrimitiveKey:
     cls = OP_KINDS.get(data["kind"])
     if cls is None:
-        raise CacheBlobError(f"blob entry of unknown primitive kind {data['kind']!r}")
+        raise CacheBlobError(f"{entry_name} is of unknown primitive kind {data['kind']!r}")
     desc = cls(**{name: _value_from_json(value) for name, value in data["desc"].items()})
     return PrimitiveKey(
         kind=data["kind"],
@@ -97,33 +152,30 @@ def dump(impls: list[PrimitiveImpl], device, triodnn_version: str) -> bytes:
             "build_seconds": impl.build_seconds,
             "offset": offset,
             "size": len(impl.binary),
+            "blake2b": _digest(impl.binary).hex(),
         })
         binaries.append(impl.binary)
         offset += len(impl.binary)
     header = json.dumps({
-        "format": FORMAT_VERSION,
         "triodnn": triodnn_version,
         "device": attrs.asdict(device),
         "entries": entries,
     }).encode()
-    return b"".join([MAGIC, _LENGTH.pack(len(header)), header, *binaries])
+    return frame(header, b"".join(binaries))
 
 
 def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
-    """The implementations in ``blob``; ``CacheBlobError`` unless it was made for ``device``."""
+    """The implementations in ``blob``; ``CacheBlobError`` unless it was made for ``device``,
+    and whole: every entry's checksum is checked before any of it is used."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise CacheBlobError(f"blob is {type(blob).__name__}, expected bytes")
-    blob = bytes(blob)
-    if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + _LENGTH.size:
-        raise CacheBlobError("blob is not a triodnn primitive cache blob (bad magic)")
-    (length,) = _LENGTH.unpack_from(blob, len(MAGIC))
-    start = len(MAGIC) + _LENGTH.size
+    header_bytes, binaries = unframe(bytes(blob))
     try:
-        header = json.loads(blob[start : start + length])
+        header = json.loads(header_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CacheBlobError(f"blob header is corrupt: {exc}") from None
-    if header.get("format") != FORMAT_VERSION:
-        raise CacheBlobError(f"blob format {header.get('format')!r}; this triodnn reads {FORMAT_VERSION}")
+    if not isinstance(header, dict):
+        raise CacheBlobError(f"blob header is corrupt: a JSON {type(header).__name__}, expected an object")
     if header.get("triodnn") != triodnn_version:
         raise CacheBlobError(
             f"blob was written by triodnn {header.get('triodnn')!r}; this is {triodnn_version}"
@@ -132,13 +184,27 @@ def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
         raise CacheBlobError(
             f"blob is for device {header.get('device')!r}, not this engine's {attrs.asdict(device)!r}"
         )
-    base = start + length
+    entries = header.get("entries")
+    if not isinstance(entries, list):
+        raise CacheBlobError(f"blob header is corrupt: entries is {type(entries).__name__}, expected a list")
     impls = []
-    try:
-        for entry in header["entries"]:
-            lo, size = base + entry["offset"], entry["size"]
-            if lo + size > len(blob):
-                raise CacheBlobError("blob is truncated: an entry's binary runs past its end")
+    offset = 0
+    for index, entry in enumerate(entries):
+        name = _entry_name(index, entry)
+        try:
+            size = entry["size"]
+            if not isinstance(size, int) or size < 0:
+                raise CacheBlobError(f"{name} is malformed: size {size!r}")
+            if entry["offset"] != offset:
+                raise CacheBlobError(f"{name} starts at {entry['offset']}, expected {offset}")
+            if offset + size > len(binaries):
+                raise CacheBlobError(
+                    f"{name} runs past the blob's end ({offset + size} bytes of binaries needed, "
+                    f"{len(binaries)} there): truncated"
+                )
+            binary = binaries[offset : offset + size]
+            if _digest(binary).hex() != entry["blake2b"]:
+                raise CacheBlobError(f"{name} is damaged: its binary's checksum does not match")
             spec = entry["spec"]
             spec = KernelSpec(**{
                 **spec,
@@ -146,10 +212,13 @@ def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
                 "global_size": tuple(spec["global_size"]),
                 "local_size": tuple(spec["local_size"]),
             })
-            key = _key_from_json(entry["key"], device)
-            impls.append(PrimitiveImpl(key, spec, blob[lo : lo + size], float(entry["build_seconds"])))
-    except CacheBlobError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CacheBlobError(f"blob entry is malformed: {exc!r}") from None
+            key = _key_from_json(entry["key"], device, name)
+            impls.append(PrimitiveImpl(key, spec, bytes(binary), float(entry["build_seconds"])))
+        except CacheBlobError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CacheBlobError(f"{name} is malformed: {exc!r}") from None
+        offset += size
+    if offset != len(binaries):
+        raise CacheBlobError(f"blob has {len(binaries) - offset} bytes past its last entry: damaged or appended to")
     return impls

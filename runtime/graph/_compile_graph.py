@@ -58,6 +58,9 @@ def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handl
     ``MissingHandlerError`` naming its op kinds, before anything compiles. ``inputs``, logical
     tensors as a list or a dict keyed by their ids, gives graph inputs new shapes or layouts;
     shapes are re-inferred downstream (handler outputs keep the shapes the graph declares).
+    Where a partition's inputs have the shapes the graph declares (a -1 dim there taking any),
+    an output shape the graph declares must agree with the inferred one, as in
+    ``Partition.compile``: ``ShapeInferenceError`` naming the op and the tensor otherwise.
     ``constants``, ``{input id: array, Tensor or Memory}``, gives the runner those inputs once
     (``GraphRunner.set_constants``): its runs may omit them. A graph input whose shape stays
     unknown (a ``-1`` dim) gives a ``DynamicGraphRunner``, compiled per set of input shapes at

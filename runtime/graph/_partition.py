@@ -11,9 +11,20 @@ from . import _compiled_partition
 from ._compiled_partition import CompiledPartition
 from ._compiled_partition_cache import compile_cached
 from ._layouts import resolve_input_layout, resolve_output_layout
-from ._logical_tensor import LogicalTensor, known_shape
+from ._logical_tensor import UNKNOWN_DIM, LogicalTensor, known_shape
 from ._op import Op
 from ._shape_inference import infer_output_shapes
+
+
+def _fits(shape: tuple[int, ...] | None, declared: tuple[int, ...] | None) -> bool:
+    """Whether ``shape`` is one that ``declared`` allows: same rank, every dim equal or -1 there.
+    An unknown rank allows any, and so does a lone -1: oneDNN writes an unknown rank as one
+    unknown dim, which reads back as ``(-1,)`` (its public gemma2 graph declares outputs so)."""
+    if declared is None or declared == (UNKNOWN_DIM,):
+        return True
+    return shape is not None and len(shape) == len(declared) and all(
+        d in (-1, s) for s, d in zip(shape, declared)
+    )
 
 
 @attrs.define(eq=False)
@@ -73,10 +84,16 @@ class Partition:
 
         return by_port(inputs, self.input_ports, "inputs"), by_port(outputs, self.output_ports, "outputs")
 
+    def _as_declared(self, inputs: list[LogicalTensor]) -> bool:
+        """Whether ``inputs`` (in port order) have shapes the graph's input ports allow: then
+        every shape the graph declares downstream must hold too. Other shapes are new ones
+        (recompiling for them), which make the graph's downstream shapes stale."""
+        return all(_fits(lt.shape, port.shape) for lt, port in zip(inputs, self.input_ports))
+
     def infer_shape(self, inputs=None, outputs=None) -> list[LogicalTensor]:
         """The output ports with shapes inferred from ``inputs`` (default: the ports as built)."""
         ins, outs = self._bind(inputs, outputs)
-        shapes = self._infer(ins, outs, declared=inputs is None)
+        shapes = self._infer(ins, outs, declared=inputs is None or self._as_declared(ins))
         return [lt.evolve(shape=shapes[lt.id], strides=None if lt.layout_type != "strided"
                           or lt.strides is None or len(lt.strides) != len(shapes[lt.id]) or -1 in lt.strides
                           else lt.strides) for lt in outs]
@@ -84,8 +101,9 @@ class Partition:
     def _infer(self, inputs: list[LogicalTensor], outputs: list[LogicalTensor], *,
                declared: bool) -> dict[int, tuple]:
         """Every tensor's shape from the inputs'. Shapes the caller states for outputs must
-        agree; so must the graph's own where the inputs are the graph's (``declared``); new
-        input shapes re-infer everything downstream, as recompiling for a new shape should."""
+        agree; so must the graph's own where the inputs have the graph's shapes (``declared``),
+        rank included, a -1 dim or an unknown rank allowing any; new input shapes re-infer
+        everything downstream, as recompiling for a new shape should."""
         shapes: dict[int, tuple[int, ...]] = {}
         for lt in inputs:
             if not lt.is_shape_known:
@@ -103,9 +121,7 @@ class Partition:
             for lt, shape in zip(op.outputs, out_shapes):
                 shape = tuple(shape)
                 stated = given.get(lt.id, lt if declared else None)
-                if stated is not None and stated.shape is not None and len(stated.shape) == len(shape) and any(
-                    s not in (-1, t) for s, t in zip(stated.shape, shape)
-                ):
+                if stated is not None and stated.shape is not None and not _fits(shape, stated.shape):
                     raise ShapeInferenceError(
                         f"op {op.id} ({op.kind}): output logical tensor {lt.id} is declared "
                         f"{list(stated.shape)} but its inputs {[list(s) for s in in_shapes]} give {list(shape)}"
@@ -131,7 +147,8 @@ class Partition:
             )
         ins, outs = self._bind(inputs, outputs)
         ins = [resolve_input_layout(lt) for lt in ins]
-        shapes = self._infer(ins, outs if outputs is not None else [], declared=inputs is None)
+        shapes = self._infer(ins, outs if outputs is not None else [],
+                             declared=inputs is None or self._as_declared(ins))
         if outputs is None and inputs is not None:
             # The graph's output strides were for its own shapes; new shapes get dense ones.
             outs = [lt.evolve(shape=None, strides=None,

@@ -11,7 +11,7 @@ from conftest import in_a_thread, in_another_trio_run
 
 import triodnn
 from triodnn import InvalidArgumentError, InvalidGraphError, ShapeInferenceError, StreamFlags
-from triodnn.graph import ROW_MAJOR, Graph, LogicalTensor, Op, Tensor, from_dict, load, to_dict
+from triodnn.graph import ROW_MAJOR, DynamicGraphRunner, Graph, LogicalTensor, Op, Tensor, compile_graph, from_dict, load, to_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 
@@ -216,6 +216,76 @@ async def test_compile_checks_ports_and_shapes(engine):
     unknown = LogicalTensor(0, "f32", [-1, 16], layout_type="strided")
     with pytest.raises(ShapeInferenceError, match="input logical tensor 0"):
         await p.compile(engine, [unknown, f32(1, [16, 12]), f32(2, [12])], None)
+
+
+def misdeclared(case: str) -> Graph:
+    """A graph whose declared output shape its inputs contradict: a dim, the rank, or a
+    tensor inside a fused partition."""
+    g = Graph("cpu")
+    if case == "dim":
+        g.add_op(Op(0, "MatMul", [f32(0, [2, 3]), f32(1, [3, 5])], [f32(2, [2, 7])]))
+    elif case == "rank":
+        g.add_op(Op(0, "Add", [f32(0, [2, 3]), f32(1, [2, 3])], [f32(2, [6])]))
+    else:  # "inside": the MatMul's output never leaves its partition
+        g.add_op(Op(0, "MatMul", [f32(0, [2, 3]), f32(1, [3, 5])], [f32(2, [2, 7])]))
+        g.add_op(Op(1, "ReLU", [f32(2, [2, 7])], [f32(3, [2, 5])]))
+    return g
+
+
+MISDECLARED = {
+    "dim": "op 0 (MatMul): output logical tensor 2 is declared [2, 7] but its inputs [[2, 3], [3, 5]] give [2, 5]",
+    "rank": "op 0 (Add): output logical tensor 2 is declared [6] but its inputs [[2, 3], [2, 3]] give [2, 3]",
+    "inside": "op 0 (MatMul): output logical tensor 2 is declared [2, 7] but its inputs [[2, 3], [3, 5]] give [2, 5]",
+}
+
+
+@pytest.mark.parametrize("path", ["partition.compile", "compile_graph"])
+@pytest.mark.parametrize("case", list(MISDECLARED))
+async def test_a_declared_output_shape_its_inputs_contradict_is_refused(engine, case, path):
+    g = misdeclared(case)
+    before = triodnn.graph.compiled_partition_cache_statistics(), triodnn.primitive_cache_statistics()
+    with pytest.raises(ShapeInferenceError) as caught:
+        if path == "compile_graph":
+            await compile_graph(g, engine)
+        else:
+            (p,) = g.get_partitions()
+            await p.compile(engine)
+    assert str(caught.value) == MISDECLARED[case]
+    # Refused before any lookup or compile: neither cache saw it.
+    assert (triodnn.graph.compiled_partition_cache_statistics(), triodnn.primitive_cache_statistics()) == before
+
+
+async def test_a_contradicted_declaration_behind_an_unknown_input_dim_is_refused_at_first_run(engine):
+    g = Graph("cpu")
+    g.add_op(Op(0, "MatMul", [f32(0, [-1, 3]), f32(1, [3, 5])], [f32(2, [-1, 7])]))
+    runner = await compile_graph(g, engine)
+    assert isinstance(runner, DynamicGraphRunner)
+    arrays = {0: np.ones((4, 3), np.float32), 1: np.ones((3, 5), np.float32)}
+    with pytest.raises(ShapeInferenceError, match=r"^op 0 \(MatMul\): output logical tensor 2 is declared \[-1, 7\] "
+                       r"but its inputs \[\[4, 3\], \[3, 5\]\] give \[4, 5\]$"):
+        await runner.run(await engine.stream(), arrays)
+    assert runner.statistics().compiled_shapes == 0
+
+
+@pytest.mark.parametrize("declared", [[-1, -1], [2, -1], [-1, 5], None, [-1]], ids=str)
+async def test_unknown_declared_output_dims_are_inferred_on_both_paths(engine, rng, declared):
+    """-1 dims and an unknown rank take the inferred shape; so does a lone -1, oneDNN's way of
+    writing an unknown rank."""
+    g = Graph("cpu")
+    g.add_op(Op(0, "MatMul", [f32(0, [2, 3]), f32(1, [3, 5])], [f32(2, declared)]))
+    (p,) = g.get_partitions()
+    assert (await p.compile(engine)).query_logical_tensor(2).shape == (2, 5)
+    x, w = ints(rng, (2, 3)), ints(rng, (3, 5))
+    out = await (await compile_graph(g, engine)).run(await engine.stream(), {0: x, 1: w})
+    np.testing.assert_array_equal(out[2], x @ w)
+
+
+async def test_compile_graph_with_new_input_shapes_reinfers_past_the_declared_ones(engine, rng):
+    """New input shapes make the graph's declared downstream shapes stale, not wrong."""
+    runner = await compile_graph(mlp_graph(), engine, inputs=[f32(0, [3, 16])])
+    x, w, b = ints(rng, (3, 16)), ints(rng, (16, 12)), ints(rng, (12,))
+    out = await runner.run(await engine.stream(), {0: x, 1: w, 2: b})
+    np.testing.assert_array_equal(out[5], np.maximum(x @ w + b, 0))
 
 
 async def test_new_input_shapes_at_compile_time(engine, rng):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -13,18 +14,29 @@ import pytest
 
 import triodnn
 from triodnn import BinaryDesc, CacheBlobError, EltwiseDesc, MemoryDesc
-from triodnn._values._cache_blob import MAGIC
+from triodnn._values._cache_blob import FORMAT_VERSION, MAGIC, frame, unframe
 from triodnn.kernels import eltwise, tolerance
 
 
 def rewrite_header(blob: bytes, change) -> bytes:
-    """``blob`` with its JSON header passed through ``change`` (binaries kept as they were)."""
-    (length,) = struct.unpack_from("<I", blob, len(MAGIC))
-    start = len(MAGIC) + 4
-    header = json.loads(blob[start : start + length])
-    change(header)
-    new = json.dumps(header).encode()
-    return MAGIC + struct.pack("<I", len(new)) + new + blob[start + length :]
+    """``blob`` with its JSON header passed through ``change`` (binaries kept as they were), and
+    its header checksum made anew, so the load gets past it to what ``change`` did."""
+    header, binaries = unframe(blob)
+    parsed = json.loads(header)
+    change(parsed)
+    return frame(json.dumps(parsed).encode(), bytes(binaries))
+
+
+def with_format(blob: bytes, number: int) -> bytes:
+    return MAGIC + struct.pack("<I", number) + blob[len(MAGIC) + 4 :]
+
+
+def format_1(blob: bytes) -> bytes:
+    """``blob`` as an older triodnn wrote it: the header length, the JSON header naming format 1
+    (no checksums), the binaries."""
+    header, binaries = unframe(blob)
+    old = json.dumps({"format": 1, **json.loads(header)}).encode()
+    return MAGIC + struct.pack("<I", len(old)) + old + bytes(binaries)
 
 
 async def run_gelu(engine, primitive, x: np.ndarray) -> np.ndarray:
@@ -144,9 +156,13 @@ async def good_blob(engine):
     "spoil, message",
     [
         (lambda b: b"not a blob" + b, "bad magic"),
-        (lambda b: b[: len(MAGIC) + 2], "bad magic"),
-        (lambda b: MAGIC + struct.pack("<I", 5) + b"{oops" + b"rest", "header is corrupt"),
-        (lambda b: rewrite_header(b, lambda h: h.update(format=99)), "format 99"),
+        (lambda b: b[: len(MAGIC) - 1], "bad magic"),
+        (lambda b: b[: len(MAGIC) + 2], "truncated"),
+        (lambda b: frame(b"{oops", b"rest"), "header is corrupt"),
+        (lambda b: with_format(b, 99), f"format 99; this triodnn reads {FORMAT_VERSION}"),
+        (lambda b: format_1(b), f"format 1; this triodnn reads {FORMAT_VERSION}"),
+        (lambda b: rewrite_header(b, lambda h: h["entries"][0].update(blake2b="00" * 32)), "entry 0 .* is damaged"),
+        (lambda b: b + b"\0", "1 bytes past its last entry"),
         (lambda b: rewrite_header(b, lambda h: h.update(triodnn="0.0.1")), "triodnn '0.0.1'"),
         (lambda b: rewrite_header(b, lambda h: h["device"].update(driver="other")), "not this engine's"),
         (lambda b: rewrite_header(b, lambda h: h["entries"][0].update(size=10**9)), "truncated"),
@@ -173,3 +189,130 @@ async def test_primitive_blob_needs_exactly_one_entry(engine):
         await engine.create_primitive(EltwiseDesc("abs", MemoryDesc((n,))))
     with pytest.raises(CacheBlobError, match="expected one"):
         await engine.create_primitive_from_cache_blob(engine.primitive_cache_blob())
+
+
+DAMAGED_CHILD = textwrap.dedent(
+    """
+    import json, sys, trio, triodnn
+
+    DESCS = [triodnn.EltwiseDesc("relu", triodnn.MemoryDesc((1001,))),
+             triodnn.BinaryDesc("add", triodnn.MemoryDesc((3, 5)), triodnn.MemoryDesc((5,)))]
+
+    def damaged(blob, change):
+        kind, at, mask = change
+        if kind == "flip":
+            return blob[:at] + bytes([blob[at] ^ mask]) + blob[at + 1 :]
+        if kind == "cut":
+            return blob[:at]
+        return blob + bytes(at)  # "append"
+
+    async def refused(call):
+        try:
+            await call()
+        except triodnn.CacheBlobError as exc:  # anything else ends the process: the test fails
+            return type(exc).__name__, str(exc)
+        return "nothing", ""
+
+    async def main(path, changes):
+        async with triodnn.open_runtime() as rt:
+            engine = await rt.engine()
+            if changes == "save":
+                for desc in DESCS:
+                    await engine.create_primitive(desc)
+                with open(path, "wb") as f:
+                    f.write(engine.primitive_cache_blob())
+                return
+            with open(path, "rb") as f:
+                blob = f.read()
+
+            def counts():
+                return triodnn.primitive_cache_statistics().size, engine.statistics().programs_loaded
+
+            before = counts()
+            for change in json.loads(changes):
+                bad = damaged(blob, change)
+                calls = {
+                    "load": lambda: engine.load_primitive_cache_blob(bad),
+                    "create": lambda: engine.create_primitive_from_cache_blob(bad),
+                    "open": lambda: rt.engine(cache_blob=bad),
+                }
+                for api, call in calls.items():
+                    print(json.dumps([change, api, *await refused(call)]))
+            after = counts()
+            loaded = await engine.load_primitive_cache_blob(blob)
+            print(json.dumps({"before": before, "after": after, "loaded": loaded, "then": counts()}))
+
+    trio.run(main, sys.argv[1], sys.argv[2])
+    """
+)
+
+
+def test_damaged_blobs_are_refused_before_opencl_and_the_process_lives_on(tmp_path):
+    """A flipped byte in any region of a blob, a cut anywhere, or bytes appended: a
+    CacheBlobError naming the region or entry, from each of the three ways in, in one process
+    that outlives them all, and nothing cached."""
+    path = tmp_path / "good.blob"
+    # PoCL's kernel cache off in both children: with it on, PoCL may take a program it has on disk
+    # instead of the binary it is given, so a damaged binary that got that far could go unseen;
+    # with it off, one aborts the process. (The blob is made with it off too: a binary PoCL
+    # returned with its cache on does not always load in a process with it off, damaged or not.)
+    run = lambda changes: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", DAMAGED_CHILD, str(path), changes],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "POCL_KERNEL_CACHE": "0"},
+    )
+    saved = run("save")
+    assert saved.returncode == 0, saved.stderr
+    blob = path.read_bytes()
+    header, binaries = unframe(blob)
+    entries = json.loads(header)["entries"]
+    assert len(entries) == 2
+    base = len(blob) - len(binaries)  # where the binaries begin
+    start = base - len(header)  # where the JSON header begins
+    regions = [
+        (0, len(MAGIC), "bad magic"),
+        (len(MAGIC), len(MAGIC) + 4, "blob format"),
+        (len(MAGIC) + 4, len(MAGIC) + 8, "blob header"),  # the length: damaged, or past the end
+        (len(MAGIC) + 8, start, "blob header is damaged"),  # its digest
+        (start, base, "blob header is damaged"),
+    ] + [
+        (base + e["offset"], base + e["offset"] + e["size"], f"blob entry {i} (kernel {e['spec']['name']!r}) is damaged")
+        for i, e in enumerate(entries)
+    ]
+    assert regions[-1][1] == len(blob) and all(a[1] == b[0] for a, b in zip(regions, regions[1:]))
+
+    def flip_expected(at: int) -> str:
+        return next(message for lo, hi, message in regions if lo <= at < hi)
+
+    def cut_expected(length: int) -> str:
+        if length < len(MAGIC):
+            return "bad magic"
+        if length < start:
+            return "blob is truncated"
+        if length < base:
+            return "blob header runs past the blob's end"
+        i = next(i for i, e in enumerate(entries) if base + e["offset"] + e["size"] > length)
+        return f"blob entry {i} (kernel {entries[i]['spec']['name']!r}) runs past the blob's end"
+
+    offsets = set(range(0, len(blob), len(blob) // 32))
+    offsets |= {at for lo, hi, _ in regions for at in (lo, hi - 1)}
+    expected = {}
+    for at in sorted(offsets):
+        for mask in (0x01, 0xFF):
+            expected[("flip", at, mask)] = flip_expected(at)
+    cuts = {0, len(MAGIC) - 1, len(MAGIC), start - 1, start, (start + base) // 2, base - 1, base, len(blob) - 1}
+    cuts |= {base + e["offset"] + e["size"] // 2 for e in entries} | {base + entries[1]["offset"]}
+    for length in sorted(cuts):
+        expected[("cut", length, 0)] = cut_expected(length)
+    expected[("append", 3, 0)] = "3 bytes past its last entry"
+
+    tried = run(json.dumps(list(expected)))
+    assert tried.returncode == 0, tried.stderr
+    *attempts, last = [json.loads(line) for line in tried.stdout.splitlines()]
+    assert len(attempts) == 3 * len(expected) > 3 * 80
+    for change, api, error, message in attempts:
+        assert error == "CacheBlobError", (change, api, message)
+        assert expected[tuple(change)] in message, (change, api, message)
+    # Nothing entered the cache or was loaded; the intact blob then loads both entries.
+    assert last["before"] == last["after"]
+    assert last["loaded"] == 2
+    assert last["then"] == [last["before"][0] + 2, last["before"][1] + 2]
