@@ -130,12 +130,18 @@ def test_the_zen5_failure_is_explained_with_the_cpu_runtimes_to_install():
     assert "pip install 'triodnn[cpu-intel]'" in reason and "apt-get install pocl-opencl-icd" in reason
 
 
-@pytest.mark.cpu
-def test_discovery_probes_each_cpu_device_once_per_process(monkeypatch):
-    builds = []
+@pytest.fixture
+def builds(monkeypatch) -> list:
+    """The names of the devices probes are built for from here on, the process's record emptied."""
+    built: list = []
     real = _devices.build_probe
     monkeypatch.setattr(_devices, "_probes", {})
-    monkeypatch.setattr(_devices, "build_probe", lambda device: builds.append(device.name) or real(device))
+    monkeypatch.setattr(_devices, "build_probe", lambda device: built.append(device.name) or real(device))
+    return built
+
+
+@pytest.mark.cpu
+def test_discovery_probes_each_cpu_device_once_per_process(builds):
     records = triodnn.available_engines()
     cpus = [r for r in records if r.kind == "cpu"]
     assert len(builds) == len(cpus) >= 1
@@ -146,11 +152,7 @@ def test_discovery_probes_each_cpu_device_once_per_process(monkeypatch):
 
 
 @pytest.mark.cpu
-def test_finding_cpu0_probes_no_later_cpu_device(monkeypatch):
-    builds = []
-    real = _devices.build_probe
-    monkeypatch.setattr(_devices, "_probes", {})
-    monkeypatch.setattr(_devices, "build_probe", lambda device: builds.append(device.name) or real(device))
+def test_finding_cpu0_probes_no_later_cpu_device(builds):
     first = _devices.list_devices("cpu", limit=1)
     assert [r.label for r in first] == ["cpu:0"]
     assert builds == [first[0].device.name]
