@@ -265,10 +265,8 @@ def unusable_reason(message: str) -> str:
            and not line.startswith(("clBuildProgram failed", "Build on ", "(options:"))]
     errors = [line for line in log if "error" in line.lower()]
     said = (errors or log or [message.strip() or "the build failed"])[0]
-    if "unknown target CPU" in message:
-        fix = ("this PoCL's LLVM does not know this CPU; install a CPU runtime that does: "
-               "pip install 'triodnn[cpu-intel]' (Intel's CPU runtime, from PyPI), or the "
-               "distribution's PoCL (apt-get install pocl-opencl-icd)")
-    else:
-        fix = "its compiler cannot build a two-line kernel; triodnn runs nothing on it"
-    return f"the compiler says {said!r}: {fix}"
+    why = ("this PoCL's LLVM does not know this CPU" if "unknown target CPU" in message
+           else "its compiler cannot build a two-line kernel, so triodnn runs nothing on it")
+    return (f"the compiler says {said!r}: {why}; another CPU runtime works: pip install "
+            "'triodnn[cpu-intel]' (Intel's CPU runtime, from PyPI), or the distribution's PoCL "
+            "(apt-get install pocl-opencl-icd)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 from pyopencl import CompilerWarning
 
-from ._runtime import default_engine_spec
+from ._runtime import default_engine_spec, find_device, parse_engine_spec
 from ._trace import record_to
 from ._values._errors import TriodnnError, UnusableDeviceWarning
 from .actors import (
@@ -51,8 +51,14 @@ def _info(args: argparse.Namespace) -> int:
         print(f"         {device.reason}")
     for problem in pip_driver_problems():
         print(f"{'note':8} {problem}")
-    print(f"default engine: {default_engine_spec()}")
-    return 0 if records else 1
+    spec = default_engine_spec()
+    try:
+        find_device(*parse_engine_spec(spec))
+    except TriodnnError as exc:
+        print(f"default engine: none ({type(exc).__name__}: {exc})")
+        return 1
+    print(f"default engine: {spec}")
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

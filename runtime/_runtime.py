@@ -131,7 +131,7 @@ def find_device(kind: str, index: int) -> DeviceRecord:
     found = ", ".join(f"{r.label} ({r.device.name.strip()}, {r.platform.name.strip()})" for r in records)
     problems = "".join(f"; {line}" for line in setup_problems())
     hint = ""
-    if kind == "cpu" and not matching:
+    if kind == "cpu" and not matching and not problems:  # an unusable device's reason names the fix
         hint = ("; no CPU OpenCL device works here: pip install 'triodnn[cpu-intel]' (Intel's CPU "
                 "runtime, from PyPI) or the distribution's PoCL (apt-get install pocl-opencl-icd)")
     raise EngineNotFoundError(
