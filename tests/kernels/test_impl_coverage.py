@@ -255,7 +255,9 @@ def test_family_grouping():
 def test_every_kind_has_a_grid_and_cases():
     """Every registered kind but the cross-engine reorder, whose generator is the reorder's (its
     primitive adds the copies between engines, no kernel of its own)."""
-    kinds = set(KERNELS) - {CrossEngineReorderDesc}
+    # triodnn's own kinds: other test modules register kinds of their own (failing builds, gates),
+    # and pytest-xdist may run them in this worker first.
+    kinds = {kind for kind in KERNELS if kind.__module__.startswith("triodnn.")} - {CrossEngineReorderDesc}
     assert set(GRIDS) == kinds
     assert {type(desc) for _, _, desc in CASES} == kinds
 
