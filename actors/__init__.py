@@ -28,6 +28,7 @@ from ._devices import (
     unusable_devices,
     vouch_for,
 )
+from ._health import DeviceHealth, probe_context
 from ._icd import find_intel_cpu_runtime, pip_driver_problems, register_pip_drivers
 from ._kernel_cache import KernelCache
 from ._ooo_policy import OutOfOrderStrategy, choose_out_of_order_strategy, may_overlap
@@ -64,6 +65,8 @@ __all__ = [
     "CompletionActor",
     "Compiler",
     "DeviceActor",
+    "DeviceHealth",
+    "probe_context",
     "DeviceAllocator",
     "CPU_RUNTIME_ORDER",
     "DeviceProbe",

@@ -13,7 +13,8 @@ import attrs
 import pyopencl as cl
 import trio
 
-from .._values._errors import ExecutionError, InvalidArgumentError
+from .._values._errors import ExecutionError, InvalidArgumentError, OutOfMemoryError
+from ._health import DeviceHealth
 from ._submission import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -80,6 +81,29 @@ class UserAllocation:
             self.prune_at = max(16, 2 * len(self.uses))
 
 
+def new_buffer(context: cl.Context, nbytes: int) -> cl.Buffer:
+    """A read-write device buffer: every ``cl.Buffer`` triodnn allocates itself comes from here
+    (the fault-injection tests replace it to play a device out of memory)."""
+    return cl.Buffer(context, cl.mem_flags.READ_WRITE, nbytes)
+
+
+# Codes with which a driver refuses an allocation for want of memory (the others are faults).
+_OUT_OF_MEMORY = {
+    cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_HOST_MEMORY,
+    cl.status_code.OUT_OF_RESOURCES,
+}
+
+
+def _allocation_failed(nbytes: int, health: DeviceHealth, exc: cl.Error) -> Exception:
+    """The typed error of a ``cl.Buffer`` the driver refused; the context is probed after it
+    (a lost device refuses allocations too)."""
+    code = exc.code
+    health.suspect(f"an allocation of {nbytes} bytes failed: {exc}")
+    if code in _OUT_OF_MEMORY or isinstance(exc, cl.MemoryError):
+        return OutOfMemoryError(f"the device could not allocate a buffer of {nbytes} bytes: {exc}")
+    return ExecutionError(f"allocating a buffer of {nbytes} bytes failed: {exc}")
+
+
 def _may_be_running(submission) -> bool:
     """Not known to be finished: waiting to be enqueued, or enqueued and not complete."""
     if submission.native is None:
@@ -106,10 +130,12 @@ class DeviceAllocator:
     """Buffers of one device in one context: ``cl.Buffer``s, or the caller's allocator's
     (``user``, an ``ocl_interop.Allocator`` with ``allocate`` and ``free`` callables)."""
 
-    def __init__(self, device: cl.Device, context: cl.Context, user=None) -> None:
+    def __init__(self, device: cl.Device, context: cl.Context, user=None, *,
+                 health: DeviceHealth | None = None) -> None:
         self.device = device
         self.context = context
         self.user = user
+        self.health = health if health is not None else DeviceHealth(context, device, device.name.strip())
         self.max_alloc_bytes = int(device.max_mem_alloc_size)
         self.alignment = max(1, int(device.mem_base_addr_align) // 8)
         self._release_queue: cl.CommandQueue | None = None
@@ -135,8 +161,12 @@ class DeviceAllocator:
                 f"a buffer of {nbytes} bytes exceeds the device's largest allocation "
                 f"({self.max_alloc_bytes} bytes)"
             )
+        self.health.refuse(f"a buffer of {nbytes} bytes")
         if self.user is None:
-            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            try:
+                buffer = new_buffer(self.context, nbytes)
+            except cl.Error as exc:
+                raise _allocation_failed(nbytes, self.health, exc) from exc
         else:
             buffer = self._user_allocate(nbytes)
             _user_allocations[buffer.int_ptr] = UserAllocation(buffer, nbytes)
@@ -166,7 +196,7 @@ class DeviceAllocator:
         """An uncounted buffer for a build's warm-up launch (any thread): the caller's allocator's,
         checked, or a ``cl.Buffer``. Give it back with ``free_scratch``."""
         if self.user is None:
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            return new_buffer(self.context, nbytes)
         return self._user_allocate(nbytes)
 
     def free_scratch(self, buffer: cl.Buffer, event: cl.Event | None) -> None:
@@ -252,6 +282,10 @@ class DeviceAllocator:
         allocate = self.user.allocate
         try:
             buffer = self._adopt(allocate(nbytes, self.alignment, self.device, self.context))
+        except (MemoryError, cl.MemoryError) as exc:  # the caller's allocator is out of memory
+            raise OutOfMemoryError(
+                f"allocator.allocate({nbytes}, {self.alignment}, ...) raised {type(exc).__name__}: {exc}"
+            ) from exc
         except Exception as exc:
             raise ExecutionError(
                 f"allocator.allocate({nbytes}, {self.alignment}, ...) raised "

@@ -14,6 +14,7 @@ import trio
 from .._values._keys import PrimitiveImpl, PrimitiveKey
 from ._allocator import DeviceAllocator
 from ._compiler import BuildRequest, BuiltKernel, Compiler
+from ._health import DeviceHealth
 from ._kernel_cache import KernelCache
 
 
@@ -44,8 +45,10 @@ class DeviceActor:
     ) -> None:
         self.device = device
         self.context = context
+        # Whether the context still works (a probe after each device-side failure).
+        self.health = DeviceHealth(context, device, f"{device.name.strip()} (context {context.int_ptr:#x})")
         # ``allocator``: the caller's (``allocate`` and ``free`` callables) or None for cl.Buffer.
-        self.allocator = DeviceAllocator(device, context, allocator)
+        self.allocator = DeviceAllocator(device, context, allocator, health=self.health)
         self.compiler = Compiler(device, context, self.allocator, build_threads=build_threads)
         self.kernels = KernelCache(self.compiler, resource_capacity)
         self.closed = False
@@ -54,10 +57,12 @@ class DeviceActor:
         try:
             async with trio.open_nursery() as nursery:
                 self.allocator.run_frees_in(nursery)
+                self.health.run_probes_in(nursery)
                 task_status.started(self)
                 await self.compiler.serve(nursery)
         finally:
             self.allocator.run_frees_in(None)
+            self.health.run_probes_in(None)
 
     def close(self) -> None:
         self.closed = True

@@ -29,10 +29,11 @@ from typing import Protocol
 import pyopencl as cl
 import trio
 
-from .._values._errors import ClosedError, DependencyError, ExecutionError
+from .._values._errors import ClosedError, DependencyError, DeviceLostError, ExecutionError, TriodnnError
 from ._allocator import SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._completion import CompletionActor, QueueWaiter
+from ._health import DeviceHealth
 from ._submission import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -110,6 +111,7 @@ class StreamActor:
         completion: CompletionActor,
         instruments: EnqueueHooks | None = None,
         spread: bool = False,
+        health: DeviceHealth | None = None,
     ) -> None:
         self.context = context
         self.device = device
@@ -158,6 +160,10 @@ class StreamActor:
         self._backlog = 0  # commands in the channel, not enqueued yet: later ones queue behind them
         self._unflushed = 0
         self.closed = False
+        self.lost: DeviceLostError | None = None  # set with ``closed`` when the device is lost
+        # The context's health (the device actor's): told of enqueues and commands that fail.
+        self.health = health if health is not None else DeviceHealth(context, device, device.name.strip())
+        self.health.watch(self)
         self.submitted = 0
         self.direct = 0  # commands enqueued by the submitting call (statistics)
 
@@ -178,11 +184,25 @@ class StreamActor:
         if threading.get_ident() != self._run_thread:
             self.completion.check_thread(label, doing)
 
+    def refusal(self, owner: str) -> TriodnnError:
+        """The error a submission to this closed stream of ``owner`` (an engine) raises:
+        ``DeviceLostError`` when the device was lost, else ``ClosedError``."""
+        if self.lost is not None:
+            return DeviceLostError(f"stream of {owner}: {self.lost}")
+        return ClosedError(f"stream of {owner} is closed (its runtime has shut down)")
+
+    def lose(self, error: DeviceLostError) -> None:
+        """The device is lost (``DeviceHealth``): refuse every later submission with ``error``.
+        Commands already enqueued end as the driver ends them; the queues are finished at
+        shutdown as ever."""
+        self.lost = error
+        self.closed = True
+
     def submit(self, command: Command) -> None:
         """Enqueue ``command`` (a record of ``_commands``) now, or queue it for the actor task
         when an earlier command or a dependency is still waiting; never blocks."""
         if self.closed:
-            raise ClosedError("the stream is closed (its runtime has shut down)")
+            raise self.refusal("this engine")
         if not self._backlog:
             for dep in command.deps:
                 if type(dep) is Submission and dep.pending_submit:
@@ -194,7 +214,7 @@ class StreamActor:
         try:
             self._send.send_nowait(command)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise ClosedError("the stream is closed (its runtime has shut down)") from None
+            raise self.refusal("this engine") from None
         self._backlog += 1
 
     def close(self) -> None:
@@ -229,7 +249,10 @@ class StreamActor:
         self.closed = True
         self._send.close()
         for queue in self.queues:
-            await trio.to_thread.run_sync(queue.finish)
+            try:
+                await trio.to_thread.run_sync(queue.finish)
+            except cl.Error:
+                pass  # a lost device fails its queue's finish: nothing more will run there
         for waiter in self.waiters:
             waiter.close()
         self._inflight_copies.clear()
@@ -259,7 +282,11 @@ class StreamActor:
         except DependencyError as exc:
             submission.set_failed(exc)
             return
-        except (cl.Error, ValueError, TypeError) as exc:
+        except cl.Error as exc:
+            submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
+            self.health.suspect(f"the enqueue of {submission.label} failed with {exc}")
+            return
+        except (ValueError, TypeError) as exc:
             submission.set_failed(ExecutionError(f"{submission.label}: enqueue failed: {exc}"))
             return
         self.submitted += 1

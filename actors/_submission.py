@@ -71,6 +71,7 @@ class Submission:
             self.set_failed(ClosedError("the runtime closed before the command completed"))
             return
         if status < 0:
+            self.actor.health.suspect(f"{self.label} ended with execution status {status}")
             # PoCL reports a failed dependency as -1 (which is also CL_DEVICE_NOT_FOUND's number),
             # so the raw execution status is the honest thing to show.
             self.set_failed(ExecutionError(

@@ -39,6 +39,7 @@ from ._values import (
     DependencyError,
     DeviceIdentity,
     DeviceInfo,
+    DeviceLostError,
     DropoutDesc,  # Dropout (issue 21)
     DynamicQuantizeDesc,
     EltwiseBackwardDesc,
@@ -57,6 +58,7 @@ from ._values import (
     MemoryDesc,
     MissingArgumentError,
     NotSubmittedError,
+    OutOfMemoryError,
     PoolingBackwardDesc,
     PoolingDesc,
     PreluBackwardDesc,
@@ -130,6 +132,7 @@ __all__ = [
     "ConvolutionDesc",
     "DeconvolutionDesc",
     "DependencyError",
+    "DeviceLostError",
     "DeviceIdentity",
     "DeviceInfo",
     "DropoutDesc",  # Dropout (issue 21)
@@ -148,6 +151,7 @@ __all__ = [
     "MemoryDesc",
     "MissingArgumentError",
     "NotSubmittedError",
+    "OutOfMemoryError",
     "Primitive",
     "PrimitiveCacheStatistics",
     "PrimitiveImpl",

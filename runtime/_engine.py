@@ -18,13 +18,19 @@ from ._primitive import Primitive
 from ._stream import Stream, StreamFlags
 from ._values import _cache_blob
 from ._values._dtypes import input_dtype_of
-from ._values._errors import CacheBlobError, ClosedError, EngineMismatchError, InvalidArgumentError
+from ._values._errors import (
+    CacheBlobError,
+    ClosedError,
+    DeviceLostError,
+    EngineMismatchError,
+    InvalidArgumentError,
+)
 from ._values._keys import DeviceIdentity, DeviceInfo, EngineIdentity, PrimitiveImpl, PrimitiveKey
 from ._values._memory_desc import MemoryDesc
 from ._values._op_desc import OpDesc
 from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from ._version import __version__
-from .actors import BuiltKernel, DeviceActor, OutOfOrderStrategy
+from .actors import BuiltKernel, DeviceActor, DeviceHealth, OutOfOrderStrategy
 from .kernels import KERNELS, KernelConfig, select_config
 
 if TYPE_CHECKING:
@@ -85,6 +91,25 @@ class Engine:
     @property
     def closed(self) -> bool:
         return self._actor.closed
+
+    @property
+    def health(self) -> DeviceHealth:
+        """The record of whether this engine's OpenCL context still works (``lost``), which its
+        streams and allocations consult."""
+        return self._actor.health
+
+    @property
+    def lost(self) -> DeviceLostError | None:
+        """None while the device works; once a failed command was followed by a failed probe,
+        the ``DeviceLostError`` every later submission, allocation and creation here raises."""
+        return self._actor.health.lost
+
+    async def check_device(self) -> None:
+        """Probe the device now with a tiny command (or join the probe triodnn started after a
+        failure); ``DeviceLostError`` if it no longer works. An engine pool or a health check
+        calls this after an ``ExecutionError`` to tell a bad request from a dead device."""
+        self._runtime.check_thread(str(self), "checked")
+        await self._actor.health.check()
 
     @property
     def allocator(self):
@@ -154,6 +179,8 @@ class Engine:
         """``desc`` through the cache under ``key_desc`` (default ``desc``), as a ``make``."""
         # Constants only: every cache hit passes here, and nothing needs formatting unless refused.
         self._runtime.check_thread(desc.kind, "primitive requested")
+        if self._actor.health.lost is not None:
+            self._actor.health.refuse(f"{desc.kind} primitive requested on {self}")
         started = time.perf_counter()
         key_desc = desc if key_desc is None else key_desc
         key = PrimitiveKey(

@@ -6,7 +6,7 @@ import attrs
 import pyopencl as cl
 import trio
 
-from ._values._errors import ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
+from ._values._errors import DeviceLostError, ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
 from .actors import Submission
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -30,7 +30,8 @@ class Event:
     """Completion of one submitted command.
 
     ``await event`` returns when the command has completed and raises ``ExecutionError`` when it
-    failed (``DependencyError`` when a dependency failed first). Pass events as ``deps`` to later
+    failed (``DependencyError`` when a dependency failed first, ``DeviceLostError`` when the
+    probe that a failure starts found the device no longer working). Pass events as ``deps`` to later
     submissions on any stream; ``cl_event`` gives the pyopencl event once the stream actor has
     enqueued the command.
 
@@ -76,8 +77,13 @@ class Event:
         else:
             await trio.lowlevel.checkpoint()
         if submission.failure is not None:
-            # A fresh exception per waiter, of the failure's own type, chained to it.
             failure = submission.failure
+            health = submission.actor.health
+            if health.probing:  # the failure started a probe: say whether the device is lost
+                await health.settled()
+            if health.lost is not None and not isinstance(failure, DeviceLostError):
+                raise DeviceLostError(f"{submission.label}: {failure}; {health.lost}") from failure
+            # A fresh exception per waiter, of the failure's own type, chained to it.
             kind = type(failure) if isinstance(failure, TriodnnError) else ExecutionError
             raise kind(f"{submission.label}: {failure}") from failure
 

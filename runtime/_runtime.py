@@ -239,6 +239,7 @@ class Runtime:
             engine.cl_context, engine.cl_device, out_of_order=out_of_order,
             profiling=StreamFlags.profiling in flags, lanes=lanes, queue=queue,
             completion=self._completion, instruments=INSTRUMENTS, spread=strategy.spread,
+            health=engine.health,
         )
         await self._start(actor, self._streams)
         return Stream(

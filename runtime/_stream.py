@@ -17,7 +17,6 @@ from ._memory import Memory, _reads_directly, stage
 from ._primitive import Primitive
 from ._values._errors import (
     ArgumentMismatchError,
-    ClosedError,
     EngineMismatchError,
     InvalidArgumentError,
 )
@@ -112,7 +111,7 @@ class Stream:
     def _submission(self, label: str) -> Submission:
         actor = self._actor
         if actor.closed:
-            raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
+            raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
             actor.check_thread(label, f"submitted to a stream of {self.engine}")
         return Submission(actor, label)
@@ -147,7 +146,7 @@ class Stream:
         # _launch, inlined: the hot path, where each Python call costs about 2% of execute().
         actor = self._actor
         if actor.closed:
-            raise ClosedError(f"stream of {self.engine} is closed (its runtime has shut down)")
+            raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
             actor.check_thread(primitive.label, f"submitted to a stream of {self.engine}")
         submission = Submission(actor, primitive.label)

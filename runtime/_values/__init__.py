@@ -18,6 +18,7 @@ from ._errors import BuildError as BuildError
 from ._errors import CacheBlobError as CacheBlobError
 from ._errors import ClosedError as ClosedError
 from ._errors import DependencyError as DependencyError
+from ._errors import DeviceLostError as DeviceLostError
 from ._errors import EngineMismatchError as EngineMismatchError
 from ._errors import EngineNotFoundError as EngineNotFoundError
 from ._errors import ExecutionError as ExecutionError
@@ -25,6 +26,7 @@ from ._errors import InvalidArgumentError as InvalidArgumentError
 from ._errors import InvalidGraphError as InvalidGraphError
 from ._errors import MissingArgumentError as MissingArgumentError
 from ._errors import NotSubmittedError as NotSubmittedError
+from ._errors import OutOfMemoryError as OutOfMemoryError
 from ._errors import ProfilingError as ProfilingError
 from ._errors import ShapeInferenceError as ShapeInferenceError
 from ._errors import TriodnnError as TriodnnError

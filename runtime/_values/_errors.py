@@ -52,6 +52,18 @@ class DependencyError(ExecutionError):
     """A command did not run because one of its dependencies failed."""
 
 
+class DeviceLostError(ExecutionError):
+    """An engine's device stopped working (a kernel fault on NVIDIA breaks its context for
+    good): after a command failed, a probe command failed too. Every later submission,
+    allocation and primitive creation on that engine raises this at the call; other engines and
+    the runtime go on. The message names the failure that was first seen."""
+
+
+class OutOfMemoryError(TriodnnError, MemoryError):
+    """The device (or the caller's allocator) could not allocate a buffer. Nothing was counted
+    or kept; smaller requests, or the same one after buffers are released, may succeed."""
+
+
 class NotSubmittedError(TriodnnError):
     """An event's OpenCL event was asked for before the stream actor enqueued its command."""
 

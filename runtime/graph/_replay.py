@@ -28,7 +28,6 @@ import pyopencl as cl
 from .._event import Event
 from .._memory import Memory
 from .._stream import Stream
-from .._values._errors import ClosedError
 from .._values._memory_desc import MemoryDesc
 from ..actors import KernelSequence, LaunchPlan, StreamActor, Submission
 from ..actors._allocator import note_uses
@@ -138,7 +137,7 @@ class Replay:
     def run(self, stream: Stream, inputs: list, outputs: list, deps: tuple) -> Event:
         actor = stream._actor
         if actor.closed:
-            raise ClosedError(f"stream of {stream.engine} is closed (its runtime has shut down)")
+            raise actor.refusal(str(stream.engine))
         if not actor.on_run_thread():  # before a scratch set is taken for a run that never happens
             actor.check_thread(self.label, f"submitted to a stream of {stream.engine}")
         scratch, extra = self._scratch_for(actor)
