@@ -46,7 +46,7 @@ from ._primitive_cache import (
 )
 from ._reply import ReplySlot
 from ._stream_actor import StreamActor
-from ._submission import Submission
+from ._submission import Submission, execution_status
 
 __all__ = [
     "Barrier",
@@ -94,6 +94,7 @@ __all__ = [
     "ReplySlot",
     "StreamActor",
     "Submission",
+    "execution_status",
     "WriteBuffer",
     "choose_out_of_order_strategy",
     "describe_device",

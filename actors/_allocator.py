@@ -15,7 +15,7 @@ import trio
 
 from .._values._errors import ExecutionError, InvalidArgumentError, OutOfMemoryError
 from ._health import DeviceHealth
-from ._submission import Submission
+from ._submission import Submission, execution_status
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -108,7 +108,7 @@ def _may_be_running(submission) -> bool:
     """Not known to be finished: waiting to be enqueued, or enqueued and not complete."""
     if submission.native is None:
         return submission.failure is None
-    return submission.native.command_execution_status > _COMPLETE
+    return execution_status(submission.native) > _COMPLETE
 
 
 # Buffers of user allocators not yet freed, by cl_mem handle (process-wide: a stream of any engine
@@ -262,7 +262,7 @@ class DeviceAllocator:
         if after is not None and after.native is not None:
             return after.native
         running = [u.native for u in record.uses if u.native is not None
-                   and u.native.command_execution_status > _COMPLETE]
+                   and execution_status(u.native) > _COMPLETE]
         if not running:
             last = record.last
             return last.native if last is not None else None

@@ -42,6 +42,7 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import WrongThreadError
+from ._submission import execution_status
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -178,7 +179,10 @@ class CompletionActor:
             task_status.started(self)
             await trio.sleep_forever()
         finally:
-            trio.lowlevel.remove_instrument(instrument)
+            try:
+                trio.lowlevel.remove_instrument(instrument)
+            except KeyError:
+                pass  # trio removed it already, after it raised (a bug: it must not)
             self._close()
 
     def _close(self) -> None:
@@ -236,50 +240,55 @@ class CompletionActor:
         ``waiter`` is the queue waiter of the event's in-order queue, ``seq`` its submission
         number there; without one, an OpenCL callback delivers the completion.
         """
-        status = cl_event.command_execution_status
-        if status <= _COMPLETE or self._closed:
-            # After shutdown the queues are finished, so the status read above was final.
-            await trio.lowlevel.checkpoint()
-            return status
-        if self._to_flush:
-            self._flush_streams()  # the device starts now, not at the end of this pass
-        if self.SPIN_NS > 0:
-            now = time.perf_counter_ns()
-            deadline = now + self.SPIN_NS
-            if not trio.lowlevel.current_statistics().tasks_runnable:
-                # Nothing else can run: poll without a scheduler pass in between (each pass
-                # costs an epoll call, ~5 µs), for at most a fifth of the budget, so that timers
-                # and I/O wait at most that long.
-                until = now + self.SPIN_NS // 5
-                while time.perf_counter_ns() < until:
+        try:
+            status = cl_event.command_execution_status
+            if status <= _COMPLETE or self._closed:
+                # After shutdown the queues are finished, so the status read above was final.
+                await trio.lowlevel.checkpoint()
+                return status
+            if self._to_flush:
+                self._flush_streams()  # the device starts now, not at the end of this pass
+            if self.SPIN_NS > 0:
+                now = time.perf_counter_ns()
+                deadline = now + self.SPIN_NS
+                if not trio.lowlevel.current_statistics().tasks_runnable:
+                    # Nothing else can run: poll without a scheduler pass in between (each pass
+                    # costs an epoll call, ~5 µs), for at most a fifth of the budget, so that timers
+                    # and I/O wait at most that long.
+                    until = now + self.SPIN_NS // 5
+                    while time.perf_counter_ns() < until:
+                        status = cl_event.command_execution_status
+                        if status <= _COMPLETE:
+                            self._by_spin += 1
+                            await trio.lowlevel.checkpoint()
+                            return status
+                while True:
+                    await trio.lowlevel.checkpoint()
                     status = cl_event.command_execution_status
                     if status <= _COMPLETE:
                         self._by_spin += 1
-                        await trio.lowlevel.checkpoint()
                         return status
-            while True:
-                await trio.lowlevel.checkpoint()
-                status = cl_event.command_execution_status
-                if status <= _COMPLETE:
-                    self._by_spin += 1
-                    return status
-                if self._closed or time.perf_counter_ns() >= deadline:
-                    break
-            if self._closed:
-                return cl_event.command_execution_status
-        key = cl_event.int_ptr
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = self._pending[key] = _Pending(key, cl_event)
-            self._poll_order.append(pending)
-            notify = functools.partial(self._from_thread, self._complete_by_waiter, pending)
-            timely = waiter is not None and waiter.watch(seq, cl_event, notify)
-            self._watches += waiter is not None
-            if not timely:
-                self._callbacks += 1
-                cl_event.set_callback(_COMPLETE, functools.partial(self._from_callback, pending))
-        await pending.done.wait()
-        return cl_event.command_execution_status
+                    if self._closed or time.perf_counter_ns() >= deadline:
+                        break
+                if self._closed:
+                    return cl_event.command_execution_status
+            key = cl_event.int_ptr
+            pending = self._pending.get(key)
+            if pending is None:
+                pending = self._pending[key] = _Pending(key, cl_event)
+                self._poll_order.append(pending)
+                notify = functools.partial(self._from_thread, self._complete_by_waiter, pending)
+                timely = waiter is not None and waiter.watch(seq, cl_event, notify)
+                self._watches += waiter is not None
+                if not timely:
+                    self._callbacks += 1
+                    cl_event.set_callback(_COMPLETE, functools.partial(self._from_callback, pending))
+            await pending.done.wait()
+            return cl_event.command_execution_status
+        except cl.Error as exc:
+            # After a kernel fault NVIDIA fails clGetEventInfo itself (-9999): the command failed.
+            await trio.lowlevel.checkpoint()
+            return exc.code if isinstance(exc.code, int) and exc.code < 0 else -1
 
     def _from_callback(self, pending: _Pending, status: int) -> None:
         self._from_thread(self._complete_by_callback, pending)
@@ -315,7 +324,7 @@ class CompletionActor:
             pending = order.popleft()
             if self._pending.get(pending.key) is not pending:
                 continue
-            if pending.cl_event.command_execution_status <= _COMPLETE:
+            if execution_status(pending.cl_event) <= _COMPLETE:
                 self._deliver(pending)
                 self._by_poll += 1
                 if not order:

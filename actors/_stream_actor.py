@@ -34,7 +34,7 @@ from ._allocator import SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._completion import CompletionActor, QueueWaiter
 from ._health import DeviceHealth
-from ._submission import Submission
+from ._submission import Submission, execution_status
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -392,7 +392,7 @@ class StreamActor:
                 cl.wait_for_events([cl_event])
             except cl.Error:
                 pass  # failed: its negative status is passed on below
-            status = cl_event.command_execution_status
+            status = execution_status(cl_event)
             user_event.set_status(_COMPLETE if status >= 0 else status)
 
         threading.Thread(target=relay, name="triodnn-foreign-dependency", daemon=True).start()
@@ -489,7 +489,7 @@ class StreamActor:
     def _keep_copy(self, cl_event: cl.Event, host: object) -> None:
         copies = self._inflight_copies
         copies.append((cl_event, host))
-        while copies and copies[0][0].command_execution_status <= _COMPLETE:
+        while copies and execution_status(copies[0][0]) <= _COMPLETE:
             copies.popleft()
 
     def copy_settled(self, cl_event: cl.Event) -> None:
@@ -507,9 +507,18 @@ class StreamActor:
 
     def _flush(self) -> None:
         for lane in self._dirty:
-            self.queues[lane].flush()
+            self._flush_queue(lane)
         self._dirty.clear()
         self._unflushed = 0
+
+    def _flush_queue(self, lane: int) -> None:
+        """``clFlush`` one queue. It runs where nothing may raise (the completion actor's
+        instrument, between scheduler passes): a driver that refuses it (a context a kernel
+        fault broke) starts a probe instead, and the commands' own statuses report the rest."""
+        try:
+            self.queues[lane].flush()
+        except cl.Error as exc:
+            self.health.suspect(f"a flush of a queue failed with {exc}")
 
     def flush(self) -> None:
         """Flush every queue holding commands not flushed yet (the completion actor calls this
@@ -519,5 +528,5 @@ class StreamActor:
 
     def _flush_lanes(self, lanes) -> None:
         for lane in lanes:
-            self.queues[lane].flush()
+            self._flush_queue(lane)
             self._dirty.discard(lane)

@@ -16,6 +16,17 @@ if TYPE_CHECKING:
 _COMPLETE = cl.command_execution_status.COMPLETE
 
 
+def execution_status(cl_event: cl.Event) -> int:
+    """``cl_event``'s execution status, or the (negative) error code when the driver cannot even
+    say: after a kernel fault NVIDIA fails ``clGetEventInfo`` itself with -9999, which pyopencl
+    raises; read raw, it crashed the runtime's trio run."""
+    try:
+        return cl_event.command_execution_status
+    except cl.Error as exc:
+        code = exc.code
+        return code if isinstance(code, int) and code < 0 else -1
+
+
 @attrs.define(eq=False, slots=True)
 class Submission:
     """One command's state: waiting for the actor, enqueued (with its cl event), or failed.
@@ -99,7 +110,7 @@ class Submission:
                 if dep.failure is not None:
                     return f"dependency {dep.label!r}"
             else:
-                status = dep.command_execution_status
+                status = execution_status(dep)
                 if status < 0:
                     return f"a pyopencl event it waited for (execution status {status})"
         return None
@@ -140,6 +151,6 @@ def _settle_unsettled(root: Submission) -> None:
         else:
             stack.pop()
             if submission is not root and submission.native is not None:
-                status = submission.native.command_execution_status
+                status = execution_status(submission.native)
                 if status <= _COMPLETE:
                     submission.settle(status)

@@ -7,7 +7,7 @@ import pyopencl as cl
 import trio
 
 from ._values._errors import DeviceLostError, ExecutionError, NotSubmittedError, ProfilingError, TriodnnError
-from .actors import Submission
+from .actors import Submission, execution_status
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -101,7 +101,7 @@ class Event:
         Any thread may ask; only the runtime's trio thread records the outcome."""
         submission = self._submission
         if not submission.completed and submission.native is not None:
-            status = submission.native.command_execution_status
+            status = execution_status(submission.native)
             if status <= _COMPLETE:
                 if not submission.actor.on_run_thread():
                     # Settling updates the stream actor's host-copy list, which its trio thread
@@ -145,8 +145,8 @@ class Event:
             raise ProfilingError(f"{submission.label}: the command failed: {submission.failure}")
         native = submission.native
         assert native is not None, "completed and not failed: the actor had enqueued it"
-        if native.command_execution_status < 0:  # failed, and read on a thread that left it unsettled
-            raise ProfilingError(f"{submission.label}: the command failed with execution status "
-                                 f"{native.command_execution_status}")
+        status = execution_status(native)
+        if status < 0:  # failed, and read on a thread that left it unsettled
+            raise ProfilingError(f"{submission.label}: the command failed with execution status {status}")
         p = native.profile
         return ProfilingTimes(p.queued, p.submit, p.start, p.end)

@@ -16,7 +16,14 @@ from ._engine import ENGINE_KINDS, DeviceInfo, Engine
 from ._instruments import INSTRUMENTS, add_instrument
 from ._stream import Stream, StreamFlags, check_flags
 from ._values import _cache_blob
-from ._values._errors import CacheBlobError, ClosedError, EngineNotFoundError, InvalidArgumentError
+from ._values._errors import (
+    CacheBlobError,
+    ClosedError,
+    EngineNotFoundError,
+    ExecutionError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+)
 from ._values._keys import DeviceIdentity, PrimitiveImpl
 from ._verbose import VERBOSE
 from ._version import __version__
@@ -191,7 +198,10 @@ class Runtime:
         impls, split = _read_blob(cache_blob, record.device) if cache_blob is not None else (None, None)
         # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
         # it off the trio thread.
-        context = await trio.to_thread.run_sync(cl.Context, [record.device])
+        try:
+            context = await trio.to_thread.run_sync(cl.Context, [record.device])
+        except cl.Error as exc:
+            raise _context_failed(f"{kind}:{record.index}", exc) from exc
         engine = await self._open_engine(record.device, context, kind, record.index, split=split)
         if impls is not None:
             await engine._load_impls(impls)
@@ -291,6 +301,20 @@ class Runtime:
 
     def statistics(self):
         return self._completion.statistics()
+
+
+def _context_failed(spec: str, exc: cl.Error) -> Exception:
+    """The typed error of a context the driver would not create. Measured on an H200 (NVIDIA
+    580): each context holds ~88 MiB of host memory, one process got 100 before
+    ``OUT_OF_HOST_MEMORY``, and processes share the limit (4 at once got 18-50 each): a
+    test run with many workers, each opening engines, reaches it."""
+    if exc.code in (cl.status_code.OUT_OF_HOST_MEMORY, cl.status_code.OUT_OF_RESOURCES):
+        return OutOfMemoryError(
+            f"the driver could not open another OpenCL context on {spec}: {exc}. Each engine is a "
+            "context, and drivers limit them (NVIDIA's: about 100 per GPU across all processes, "
+            "~88 MiB of host memory each); close runtimes you no longer use, or open fewer engines"
+        )
+    return ExecutionError(f"opening an OpenCL context on {spec} failed: {exc}")
 
 
 @contextlib.asynccontextmanager

@@ -65,7 +65,7 @@ from ._engine import Engine
 from ._instruments import Instrument, add_instrument, remove_instrument
 from ._stream import Stream, StreamFlags
 from ._values._errors import TriodnnError
-from .actors import Command, Submission
+from .actors import Command, Submission, execution_status
 
 __all__ = ["Trace", "TraceError", "record", "span"]
 
@@ -260,7 +260,7 @@ class Trace(Instrument):
             if not command.profiling:
                 command.status, command.submission = "unprofiled", None
                 continue
-            status = submission.native.command_execution_status
+            status = execution_status(submission.native)
             if status > _COMPLETE:
                 continue
             if status < 0:

@@ -29,7 +29,7 @@ from .._event import Event
 from .._memory import Memory
 from .._stream import Stream
 from .._values._memory_desc import MemoryDesc
-from ..actors import KernelSequence, LaunchPlan, StreamActor, Submission
+from ..actors import KernelSequence, LaunchPlan, StreamActor, Submission, execution_status
 from ..actors._allocator import note_uses
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class _Scratch:
         if self.actor is actor and actor.mode == "in_order":
             return True  # one in-order queue: the new run starts after the last one ends
         native = last.native
-        return native is not None and native.command_execution_status <= _COMPLETE
+        return native is not None and execution_status(native) <= _COMPLETE
 
 
 def allocate_temporaries(engine: Engine, sizes) -> list[Memory]:
