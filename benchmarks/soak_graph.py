@@ -63,13 +63,18 @@ def slope_per_1000(xs, ys) -> float:
 
 
 async def soak(executions: int = 100_000, every: int = 1000, graph_path=MLP, mode: str = "partition",
-               warmup: float = 0.2, engine_name: str = "cpu:0", progress=None) -> dict:
-    kind, _, index = engine_name.partition(":")
+               warmup: float = 0.2, engine_name: str | None = None, progress=None) -> dict:
+    """``engine_name`` like ``gpu:0``; None takes the default engine ($TRIODNN_ENGINE, else the
+    first working CPU device), as the test suite does."""
     rng = np.random.default_rng(0)
     graph = tg.load(graph_path)
     samples: list[dict] = []
     async with triodnn.open_runtime() as rt:
-        engine = await rt.engine(kind, int(index or 0))
+        if engine_name is None:
+            engine = await rt.engine()
+        else:
+            kind, _, index = engine_name.partition(":")
+            engine = await rt.engine(kind, int(index or 0))
         stream = await engine.stream()
         if mode == "partition":
             partitions = graph.get_partitions()
@@ -132,7 +137,7 @@ def main() -> None:
     parser.add_argument("--graph", default=str(MLP))
     parser.add_argument("--mode", choices=("partition", "runner"), default="partition")
     parser.add_argument("--warmup", type=float, default=0.2, help="fraction of samples left out of the slopes")
-    parser.add_argument("--engine", default="cpu:0")
+    parser.add_argument("--engine", default=None, help="engine spec such as gpu:0 (default: the default engine)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()

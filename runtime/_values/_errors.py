@@ -59,9 +59,11 @@ class DeviceLostError(ExecutionError):
     the runtime go on. The message names the failure that was first seen."""
 
 
-class OutOfMemoryError(TriodnnError, MemoryError):
-    """The device (or the caller's allocator) could not allocate a buffer. Nothing was counted
-    or kept; smaller requests, or the same one after buffers are released, may succeed."""
+class OutOfMemoryError(ExecutionError, MemoryError):
+    """The device (or the caller's allocator) could not allocate a buffer, or the driver would
+    not open another context. Nothing was counted or kept; smaller requests, or the same one
+    after buffers or engines are released, may succeed. An ``ExecutionError`` as before it had
+    a type of its own (an engine pool takes that engine out of its rotation)."""
 
 
 class NotSubmittedError(TriodnnError):

@@ -605,10 +605,16 @@ async def test_cancelling_a_pipeline_leaves_nothing_behind(how):
                                 await settle(lambda: len(pulled) == 6)
                                 raise Stop
             elif how == "cancel-inside":
-                with trio.move_on_after(0.5) as scope:
+                # A deadline passes while the consumer waits for request 2, which never ends. Set
+                # once two results are in, not up front: a slow first request (a GPU's first
+                # launches) reached a fixed 0.5 s deadline before then.
+                with trio.CancelScope() as scope:
                     async with pipeline as results:
                         async for out in results:
                             got.append(out)
+                            if len(got) == 2:
+                                await settle(lambda: len(pulled) == 6)
+                                scope.deadline = trio.current_time() + 0.05
                 assert scope.cancelled_caught
             elif how == "cancel-outside":
                 # Another task cancels the consumer's scope while it waits for request 2.

@@ -1,6 +1,6 @@
 """A real device fault, in a process of its own: a kernel writes 4 TiB past its buffer on an
-NVIDIA GPU, which breaks its OpenCL context for good. Prints one JSON line of what triodnn
-reported; ``test_device_faults.py::test_a_real_kernel_fault_loses_that_engine_only`` runs it.
+NVIDIA GPU, which breaks its OpenCL context for good. Prints a JSON line of what triodnn
+reported before the runtime closes and one after; ``test_device_faults.py::test_a_real_kernel_fault_loses_that_engine_only`` runs it.
 
 Kept out of the test process: a driver may take the whole process's device state with it.
 """
@@ -63,8 +63,17 @@ async def main(spec: str) -> dict:
             report["memory"] = "allocated"
         except triodnn.TriodnnError as exc:
             report["memory"] = type(exc).__name__
-        out, *_ = await relu(other, x)
-        report["other"] = bool(np.array_equal(out, np.maximum(x, 0)))
+        try:
+            out, *_ = await relu(other, x)
+            report["other"] = "right" if np.array_equal(out, np.maximum(x, 0)) else "wrong"
+        except triodnn.TriodnnError as exc:
+            report["other"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        try:
+            await other.check_device()
+            report["other_probe"] = "passed"
+        except triodnn.TriodnnError as exc:
+            report["other_probe"] = type(exc).__name__
+        print(json.dumps(report), flush=True)  # what was seen, should the shutdown fail
     report["closed"] = True
     return report
 
