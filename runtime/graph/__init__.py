@@ -18,6 +18,7 @@ DAGs on one stream through ``compile_graph``'s ``GraphRunner``: ``await runner.r
 over several engines through ``compile_graph_pool``'s ``EnginePool`` (``pool.map(inputs)``).
 """
 
+from ._batching import BatcherStatistics, DynamicBatcher
 from ._compile_graph import compile_graph
 from ._compiled_partition import CompiledPartition
 from ._compiled_partition_cache import (
@@ -54,7 +55,9 @@ from ._pipeline import Pipeline, PipelineStatistics
 from ._tensor import Tensor
 
 __all__ = [
+    "BatcherStatistics",
     "CompiledPartition",
+    "DynamicBatcher",
     "ENGINE_FAILURES",
     "EnginePool",
     "EnginePoolStatistics",

@@ -174,6 +174,7 @@ async def _compile_graph(graph: Graph, engine: Engine, *, policy: str, handlers,
         tuple(known[lt.id] for lt in graph_inputs),
         tuple(known[i] for i in output_ids),
         steps=tuple(steps[p.id] for p in partitions),
+        handlers=handlers,
     )
     if constants is not None:
         await runner.set_constants(constants)

@@ -120,6 +120,9 @@ class GraphRunner:
     inputs: tuple[LogicalTensor, ...]
     outputs: tuple[LogicalTensor, ...]
     _steps: tuple[Step, ...] = attrs.field(alias="steps", repr=False)
+    # The handlers it was compiled with (normalised): what compiling the graph again for other
+    # shapes needs (``DynamicBatcher``'s batch sizes).
+    handlers: dict = attrs.field(factory=dict, repr=False, kw_only=True)
     _consumers: dict[int, int] = attrs.field(init=False, repr=False)
     _counts: dict[str, int] = attrs.field(init=False, repr=False)
     _descs: dict[int, MemoryDesc] = attrs.field(init=False, repr=False, factory=dict)
