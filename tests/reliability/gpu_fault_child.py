@@ -1,6 +1,7 @@
 """A real device fault, in a process of its own: a kernel writes 4 TiB past its buffer on an
 NVIDIA GPU, which breaks its OpenCL context for good. Prints a JSON line of what triodnn
-reported before the runtime closes and one after; ``test_device_faults.py::test_a_real_kernel_fault_loses_that_engine_only`` runs it.
+reported before the runtime closes and one after;
+``test_device_faults.py::test_a_real_kernel_fault_loses_that_engine_only`` runs it.
 
 Kept out of the test process: a driver may take the whole process's device state with it.
 """
