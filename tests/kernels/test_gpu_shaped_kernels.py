@@ -74,18 +74,21 @@ def check_stored(got, ref_f32, base: float, dtype: str) -> None:
 
 # -- softmax ---------------------------------------------------------------------------------------
 
-# name: (dims, axis, src strides, dst strides, impl on the GPU configuration)
+# name: (dims, axis, src strides, dst strides, impl on the GPU configuration). Three rows where
+# test_softmax_keeps_tiny_terms runs the same row length on the GPU configuration (its
+# ``dominated_rows``), so the two tests share those programs: 384, 4096 and 9000 (10-18 s PoCL
+# builds each with a cold cache) and 20.
 SOFTMAX_CASES = {
-    "last_384": ((5, 384), -1, None, None, "ocl:wg_row:l32r12"),
+    "last_384": ((3, 384), -1, None, None, "ocl:wg_row:l32r12"),
     "last_1000_tail": ((3, 1000), -1, None, None, "ocl:wg_row:l64r16"),  # the last slot past the end on some items
-    "last_4096": ((2, 4096), -1, None, None, "ocl:wg_row:l256r16"),
+    "last_4096": ((3, 4096), -1, None, None, "ocl:wg_row:l256r16"),
     "last_8192": ((2, 8192), -1, None, None, "ocl:wg_row:l256r32"),  # the most elements held in registers
-    "last_9000_streamed": ((2, 9000), -1, None, None, "ocl:wg_row:l256"),
+    "last_9000_streamed": ((3, 9000), -1, None, None, "ocl:wg_row:l256"),
     "middle": ((2, 40, 3), 1, None, None, "ocl:wg_row:l32r2"),
     "first": ((300, 3), 0, None, None, "ocl:wg_row:l32r10"),
     "strided": ((6, 100), -1, (1, 8), (104, 1), "ocl:wg_row:l32r4"),
     "nhwc_channels": ((2, 48, 3, 5), 1, "acdb", None, "ocl:wg_row:l32r2"),
-    "short_row": ((7, 20), -1, None, None, "ocl:row:v1l256"),
+    "short_row": ((3, 20), -1, None, None, "ocl:row:v1l256"),
 }
 
 
