@@ -69,6 +69,12 @@ class _Request:
         self.abandoned = False  # its caller was cancelled: nobody reads its rows
 
 
+def _shape(lt) -> tuple[int, ...]:
+    """The shape of a compiled runner's input or output (compiling settled every one)."""
+    assert lt.shape is not None, "a GraphRunner's inputs and outputs have known shapes"
+    return tuple(lt.shape)
+
+
 def _batch_sizes(max_batch: int) -> tuple[int, ...]:
     sizes = [1]
     while sizes[-1] * 2 < max_batch:
@@ -163,7 +169,7 @@ class DynamicBatcher:
         runner = self.runner
         base_inputs = {lt.id: lt for lt in runner.inputs}
         for lt in self._request_inputs:
-            if lt.ndims < 1 or lt.shape[0] < 1:
+            if lt.ndims < 1 or _shape(lt)[0] < 1:
                 raise UnsupportedError(
                     f"graph input {lt.id} has shape {lt.shape}: batching concatenates requests along "
                     "dim 0, which needs every request input to have one"
@@ -172,12 +178,13 @@ class DynamicBatcher:
         async def compile_size(n: int) -> None:
             shaped = dict(base_inputs)
             for lt in self._request_inputs:
-                shaped[lt.id] = lt.evolve(shape=[lt.shape[0] * n, *lt.shape[1:]])
+                rows, *rest = _shape(lt)
+                shaped[lt.id] = lt.evolve(shape=[rows * n, *rest])
             batched = await compile_graph(runner.graph, runner.engine, policy=runner.policy,
                                           handlers=runner.handlers, inputs=list(shaped.values()),
                                           constants=runner.constants or None)
             for one, many in zip(runner.outputs, batched.outputs):
-                if one.ndims < 1 or tuple(many.shape) != (one.shape[0] * n, *one.shape[1:]):
+                if one.ndims < 1 or _shape(many) != (_shape(one)[0] * n, *_shape(one)[1:]):
                     raise UnsupportedError(
                         f"graph output {one.id} has shape {one.shape} for one request and {many.shape} for "
                         f"{n}: its dim 0 does not follow the requests' rows (a reduction over dim 0, a "
@@ -241,10 +248,10 @@ class DynamicBatcher:
             if lt.id not in inputs:
                 raise MissingArgumentError(f"inputs lack graph input id {lt.id} (a request gives {sorted(expected)})")
             array = np.asarray(inputs[lt.id])
-            if tuple(array.shape) != tuple(lt.shape):
+            if tuple(array.shape) != _shape(lt):
                 raise ArgumentMismatchError(
                     f"input {lt.id} has shape {tuple(array.shape)}; every request of this batcher gives "
-                    f"{tuple(lt.shape)}"
+                    f"{_shape(lt)}"
                 )
             if array.dtype.kind in "OUSVcmM" or (array.dtype.kind == "f" and lt.dtype in _INTEGER_DTYPES):
                 raise ArgumentMismatchError(f"input {lt.id} is a {array.dtype} array; the graph takes {lt.dtype}")
@@ -296,13 +303,14 @@ class DynamicBatcher:
             for lt in self._request_inputs:
                 parts = [request.inputs[lt.id] for request in batch]
                 if n > k:
-                    parts.append(np.zeros(((n - k) * lt.shape[0], *lt.shape[1:]), parts[0].dtype))
+                    rows, *rest = _shape(lt)
+                    parts.append(np.zeros(((n - k) * rows, *rest), parts[0].dtype))
                 arrays[lt.id] = np.concatenate(parts) if n > 1 else parts[0]
             outputs = await runner.run(self.stream, arrays)
             for i, request in enumerate(batch):
                 request.result = {}
                 for one in self.runner.outputs:
-                    rows = one.shape[0]
+                    rows = _shape(one)[0]
                     request.result[one.id] = outputs[one.id][i * rows:(i + 1) * rows]
         except Exception as exc:
             for request in batch:
