@@ -42,7 +42,7 @@ import pyopencl as cl
 import trio
 
 from .._values._errors import WrongThreadError
-from ._submission import execution_status
+from ._submission import execution_status, failed_status
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -288,7 +288,7 @@ class CompletionActor:
         except cl.Error as exc:
             # After a kernel fault NVIDIA fails clGetEventInfo itself (-9999): the command failed.
             await trio.lowlevel.checkpoint()
-            return exc.code if isinstance(exc.code, int) and exc.code < 0 else -1
+            return failed_status(exc)
 
     def _from_callback(self, pending: _Pending, status: int) -> None:
         self._from_thread(self._complete_by_callback, pending)

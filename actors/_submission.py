@@ -23,8 +23,14 @@ def execution_status(cl_event: cl.Event) -> int:
     try:
         return cl_event.command_execution_status
     except cl.Error as exc:
-        code = exc.code
-        return code if isinstance(code, int) and code < 0 else -1
+        return failed_status(exc)
+
+
+def failed_status(exc: cl.Error) -> int:
+    """The execution status a ``cl.Error`` from a status read stands for: its code when that is
+    negative, else -1 (a failure all the same)."""
+    code = exc.code
+    return code if isinstance(code, int) and code < 0 else -1
 
 
 @attrs.define(eq=False, slots=True)

@@ -151,7 +151,7 @@ async def test_a_lost_device_refuses_everything_and_other_engines_go_on(rt, engi
     assert probed == [engine.cl_context.int_ptr, other.cl_context.int_ptr]
 
 
-def mlp_graph() -> Graph:
+def four_partition_graph() -> Graph:
     def f32(i, shape):
         return LogicalTensor(i, "f32", shape, layout_type="strided")
 
@@ -165,10 +165,11 @@ def mlp_graph() -> Graph:
 
 @pytest.mark.parametrize("path", ["recorded", "general"])
 async def test_a_device_lost_mid_run_fails_the_run_and_frees_its_buffers(engine, rng, monkeypatch, path):
-    """A graph run during which the context breaks: the run raises an ``ExecutionError``, the
-    runner holds no buffer afterwards and counts the run failed, and the next run is refused
-    with ``DeviceLostError`` before it allocates anything."""
-    runner = await compile_graph(mlp_graph(), engine, policy="debug")   # four partitions
+    """A graph run during which the context breaks: the run raises ``DeviceLostError`` (the
+    probe its failed enqueue started has found the device lost), the runner holds no buffer
+    afterwards and counts the run neither finished nor cancelled, and the next run is refused
+    with ``DeviceLostError`` too."""
+    runner = await compile_graph(four_partition_graph(), engine, policy="debug")   # four partitions
     stream = await engine.stream(StreamFlags.out_of_order)
     x = rng.standard_normal((4, 8)).astype(np.float32)
     before = engine.statistics().live_buffers
@@ -190,7 +191,7 @@ async def test_an_allocation_the_device_refuses_is_typed_and_leaves_nothing(engi
     ``OutOfMemoryError`` (a ``MemoryError`` too) naming the size and counts nothing; a graph
     run whose third allocation fails raises it and gives back the two it made; the device is
     probed, found working, and the next run is right."""
-    runner = await compile_graph(mlp_graph(), engine, policy="debug")
+    runner = await compile_graph(four_partition_graph(), engine, policy="debug")
     stream = await engine.stream()
     x = rng.standard_normal((4, 8)).astype(np.float32)
     expected = await runner.run(stream, {0: x})
