@@ -72,6 +72,11 @@ class KernelSequence:
     ``after[i]`` names the earlier steps step ``i`` waits for (on an out-of-order stream; an
     in-order one runs them in order anyway); steps waiting for none wait for ``deps``. The
     submission completes with the last step, or with every step no other step waits for.
+
+    ``uploads`` and ``downloads`` make it a whole request (a graph runner's recorded request):
+    ``(buffer, host array)`` pairs copied in before the kernels (after ``deps``; steps waiting for
+    no other step wait for them) and out after them; the submission then completes with the
+    last copy out.
     """
 
     op: ClassVar[str] = "sequence"
@@ -83,6 +88,8 @@ class KernelSequence:
     # the buffers are (the plan's kernels then keep their arguments).
     keys: tuple = attrs.field(repr=False)
     after: tuple = attrs.field(repr=False)
+    uploads: tuple = attrs.field(default=(), repr=False)
+    downloads: tuple = attrs.field(default=(), repr=False)
 
 
 @attrs.frozen(eq=False)

@@ -26,6 +26,7 @@ import math
 import threading
 from typing import Protocol
 
+import numpy as np
 import pyopencl as cl
 import trio
 
@@ -312,22 +313,40 @@ class StreamActor:
             self._flush()
 
     def _enqueue_sequence(self, command: KernelSequence, wait_for: list[cl.Event]) -> tuple[int, cl.Event]:
-        """Enqueue every step of ``command``; (lane, event) of its completion."""
+        """Enqueue every step of ``command`` (its uploads, kernels and downloads); (lane, event)
+        of its completion."""
         plan, buffers, keys, bound = command.plan, command.buffers, command.keys, command.plan.bound
+        uploads, downloads = command.uploads, command.downloads
         enqueue = cl.enqueue_nd_range_kernel
         if not self._lanes and self.mode == "in_order":
             queue, wait = self.queues[0], wait_for or None
             cl_event = None
+            copies = []
+            for buffer, host in uploads:
+                cl_event = self._copy(queue, buffer, host, True, wait)
+                copies.append((cl_event, host))
+                wait = None
             for i, step in enumerate(plan.steps):
                 if bound[i] is not keys[i]:
                     step.kernel.set_args(*buffers[i])
                     bound[i] = keys[i]
                 cl_event = enqueue(queue, step.kernel, step.global_size, step.local_size, wait_for=wait)
                 wait = None
+            for buffer, host in downloads:
+                cl_event = self._copy(queue, buffer, host, False, None)
+                copies.append((cl_event, host))
             assert cl_event is not None, "a plan has steps"
+            if copies:
+                # One entry for all: each copy completes before the last command does.
+                self._keep_copy(cl_event, copies)
             self._placed(0, cl_event)
             return 0, cl_event
         # Out of order: each step waits for the steps it reads from or overwrites.
+        roots = wait_for
+        copies = []
+        if uploads:
+            roots = [self._copy_on_lane(buffer, host, True, list(wait_for))[1] for buffer, host in uploads]
+            copies.extend(zip(roots, (host for _, host in uploads)))
         events: list[cl.Event] = []
         lanes: list[int] = []
         waited: set[int] = set()
@@ -337,7 +356,7 @@ class StreamActor:
                 step_wait = [events[j] for j in after]
                 waited.update(after)
             else:
-                step_wait = list(wait_for)
+                step_wait = list(roots)
             lane = self._choose_lane(step_wait, step.overlaps or self._spread) if self._lanes else 0
             if after and self._lanes:  # a lane orders its own commands: wait only across lanes
                 same = {id(events[j]) for j in after if lanes[j] == lane}
@@ -351,12 +370,37 @@ class StreamActor:
             events.append(cl_event)
             lanes.append(lane)
         sinks = [k for k in range(len(events)) if k not in waited]
+        if downloads:
+            ends = [self._copy_on_lane(buffer, host, False, [events[k] for k in sinks]) for buffer, host in downloads]
+            lanes, events, sinks = [lane for lane, _ in ends], [e for _, e in ends], list(range(len(ends)))
+            copies.extend(zip(events, (host for _, host in downloads)))
         if len(sinks) == 1:
-            return lanes[sinks[0]], events[sinks[0]]
-        self._flush_lanes({lanes[k] for k in sinks} - {0})
-        cl_event = cl.enqueue_marker(self.queues[0], wait_for=[events[k] for k in sinks])
-        self._placed(0, cl_event)
-        return 0, cl_event
+            lane, cl_event = lanes[sinks[0]], events[sinks[0]]
+        else:
+            self._flush_lanes({lanes[k] for k in sinks} - {0})
+            lane, cl_event = 0, cl.enqueue_marker(self.queues[0], wait_for=[events[k] for k in sinks])
+            self._placed(0, cl_event)
+        if copies:
+            self._keep_copy(cl_event, copies)  # each copy completes before the sequence does
+        return lane, cl_event
+
+    def _copy(self, queue: cl.CommandQueue, buffer, host: np.ndarray, to_device: bool, wait) -> cl.Event:
+        """A non-blocking copy of all of ``host`` into ``buffer`` (or back). The caller keeps
+        the event and the host side until it completes (``_keep_copy``)."""
+        if type(buffer) is SvmBuffer:
+            pointer = cl.SVM(host)
+            if to_device:
+                return _svm_copy(queue, buffer, pointer, host.nbytes, wait)
+            return _svm_copy(queue, pointer, buffer, host.nbytes, wait)
+        return (_write_buffer if to_device else _read_buffer)(queue, buffer, host, 0, wait, False)
+
+    def _copy_on_lane(self, buffer, host: np.ndarray, to_device: bool, wait_for: list[cl.Event]) -> tuple[int, cl.Event]:
+        """``_copy`` on an out-of-order stream, after ``wait_for``: on the lane it waits for, else
+        lane 0 (copies take no lane of their own)."""
+        lane = self._choose_lane(wait_for, False) if self._lanes else 0
+        cl_event = self._copy(self.queues[lane], buffer, host, to_device, wait_for or None)
+        self._placed(lane, cl_event)
+        return lane, cl_event
 
     def _wait_list(self, deps) -> list[cl.Event]:
         wait_for: list[cl.Event] = []
@@ -444,23 +488,9 @@ class StreamActor:
                 kernel.set_args(*buffers)
                 launch.bound[0] = keys
             return cl.enqueue_nd_range_kernel(queue, kernel, spec.global_size, spec.local_size, wait_for=wait)
-        if type(command) is WriteBuffer:
-            if type(command.buffer) is SvmBuffer:
-                host = cl.SVM(command.host)
-                cl_event = _svm_copy(queue, command.buffer, host, command.host.nbytes, wait)
-            else:
-                host = command.host
-                cl_event = _write_buffer(queue, command.buffer, host, 0, wait, False)
-            self._keep_copy(cl_event, host)
-            return cl_event
-        if type(command) is ReadBuffer:
-            if type(command.buffer) is SvmBuffer:
-                host = cl.SVM(command.host)
-                cl_event = _svm_copy(queue, host, command.buffer, command.host.nbytes, wait)
-            else:
-                host = command.host
-                cl_event = _read_buffer(queue, command.buffer, host, 0, wait, False)
-            self._keep_copy(cl_event, host)
+        if type(command) is WriteBuffer or type(command) is ReadBuffer:
+            cl_event = self._copy(queue, command.buffer, command.host, type(command) is WriteBuffer, wait)
+            self._keep_copy(cl_event, command.host)
             return cl_event
         if type(command) is Marker or type(command) is Barrier:
             return self._enqueue_sync_point(type(command) is Barrier, queue, wait_for)

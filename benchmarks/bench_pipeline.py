@@ -16,7 +16,10 @@ generated before timing, are served these ways:
       cache uploads them once (a hit per weight per request after the first);
   (f) dynamic batching: 8 tasks each awaiting ``DynamicBatcher.run`` for its next request
       (``max_batch=8``, 2 runs in flight, no added delay), the batcher opened (every batch size
-      compiled) before timing.
+      compiled) before timing;
+  (g) on a CUDA GPU with torch: torch eager, one request at a time (x to the GPU, the MLP,
+      y back to numpy; TF32 off), weights resident;
+  (h) the same in a CUDA graph: x copied into the graph's input, ``replay()``, y back.
 
 (a), (b), (c), (e) share one out-of-order stream. Every sample of every variant is checked
 against a float64 numpy reference, outside the timed region. Variants are interleaved in
@@ -38,6 +41,11 @@ import trio
 
 import triodnn
 from triodnn import StreamFlags
+
+try:  # optional peer, compared on a CUDA GPU
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
 from triodnn.graph import DynamicBatcher, Graph, LogicalTensor, Op, Tensor, compile_graph
 
 X, W1, B1, W2, B2, Y = 0, 1, 2, 3, 4, 9
@@ -210,6 +218,9 @@ async def run(args):
             f"(f) dynamic batching, {BATCHERS} requesters": batched,
         }
 
+        if args.engine_kind == "gpu" and torch is not None and torch.cuda.is_available():
+            variants.update(torch_variants(weights, xs))
+
         def check(name, got) -> None:
             assert len(got) == n, (name, len(got))
             for i, (out, ref) in enumerate(zip(got, want)):
@@ -233,7 +244,7 @@ async def run(args):
         numpy_s, hand_s = per["(d) numpy"], per["(b) hand loop, 4 tasks"]
         rows = []
         for name, t in per.items():
-            device = name != "(d) numpy"
+            device = not name.startswith(("(d)", "(g)", "(h)"))  # triodnn's variants
             rows.append([name, t * 1e6, t / numpy_s, t / hand_s if device else float("nan"),
                          (t - kernel_s) * 1e6 if device else float("nan")])
             results.setdefault("variants", {})[name] = {
@@ -260,10 +271,49 @@ async def run(args):
               f"{stats.padded} padded slots); requests/s {c / f:.2f}x (c), one at a time (goal >= 4)")
         results["batching"] = {"requests": stats.requests, "runs": stats.batches, "padded": stats.padded,
                                "x_one_at_a_time": c / f}
+        graph_s = per.get("(h) torch CUDA graph, one at a time")
+        if graph_s is not None:
+            print(f"one at a time: (c) {c / graph_s:.2f}x the time of torch's CUDA graph (h), "
+                  f"{c / per['(g) torch eager, one at a time']:.2f}x torch eager (g)")
+            results["x_torch_cuda_graph"] = c / graph_s
         a = per["(a) map, weights given once"]
         print(f"goals: (a) above device {(a - kernel_s) * 1e6:.0f} µs (<= 100), {a / numpy_s:.2f}x numpy (<= 2), "
               f"{a / hand_s:.2f}x the hand loop (<= 1)")
         return results, engine
+
+
+def torch_variants(weights: dict, xs: list) -> dict:
+    """(g) and (h): the MLP in torch on CUDA, one request at a time, the weights resident."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    w1, b1, w2, b2 = (torch.from_numpy(weights[k]).to(dev) for k in (W1, B1, W2, B2))
+
+    def mlp(x):
+        return torch.relu(x @ w1 + b1) @ w2 + b2
+
+    static_x = torch.zeros(xs[0].shape, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up on a side stream, as torch's CUDA graph capture asks
+            mlp(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = mlp(static_x)
+
+    async def eager():
+        return [mlp(torch.from_numpy(x).to(dev)).cpu().numpy() for x in xs]
+
+    async def cuda_graph():
+        got = []
+        for x in xs:
+            static_x.copy_(torch.from_numpy(x))
+            graph.replay()
+            got.append(static_y.cpu().numpy())
+        return got
+
+    return {"(g) torch eager, one at a time": eager, "(h) torch CUDA graph, one at a time": cuda_graph}
 
 
 def main() -> None:

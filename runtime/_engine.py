@@ -146,6 +146,13 @@ class Engine:
             raise
         return memory
 
+    def keep_until_shutdown(self, owner) -> None:
+        """Have the runtime call ``owner.release_scratch()`` at shutdown, once every queue has
+        finished and while the engines (a user allocator's ``free``) are still open: for device
+        buffers kept between runs (a compiled partition's scratch, a runner's request buffers).
+        Held weakly: an owner that goes away frees its buffers itself."""
+        self._runtime.keep_until_shutdown(owner)
+
     def check_thread(self, label: str, doing: str) -> None:
         """``WrongThreadError`` unless the caller runs in the trio run of this engine's runtime:
         ``Runtime.check_thread``. Builds, kernel loads and streams are served there."""

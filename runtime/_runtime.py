@@ -279,6 +279,10 @@ class Runtime:
         is reached from any thread through the portal."""
         self._completion.check_thread(label, doing)
 
+    def keep_until_shutdown(self, owner) -> None:
+        """``Engine.keep_until_shutdown``: ``owner.release_scratch()`` at shutdown (held weakly)."""
+        self._scratch_owners.add(owner)
+
     async def _shutdown(self) -> None:
         """Partition compiles finish, streams drain and finish their queues, engines finish their
         builds, then callbacks stop. Compiled partitions of this runtime's engines, useless once

@@ -20,7 +20,18 @@ from ._values._errors import (
     EngineMismatchError,
     InvalidArgumentError,
 )
-from .actors import Barrier, Command, KernelLaunch, Marker, ReadBuffer, StreamActor, Submission, WriteBuffer
+from .actors import (
+    Barrier,
+    Command,
+    KernelLaunch,
+    KernelSequence,
+    LaunchPlan,
+    Marker,
+    ReadBuffer,
+    StreamActor,
+    Submission,
+    WriteBuffer,
+)
 from .actors._allocator import note_uses
 
 if TYPE_CHECKING:
@@ -104,6 +115,36 @@ class Stream:
     @property
     def closed(self) -> bool:
         return self._actor.closed
+
+    @property
+    def in_order(self) -> bool:
+        """Whether the stream runs its commands in submission order (one in-order queue)."""
+        return self._actor.mode == "in_order"
+
+    @property
+    def watched(self) -> bool:
+        """Whether instruments (a trace, verbose) hear of this stream's commands one by one; a
+        recorded sequence (a compiled partition's kernels, a graph request) is then submitted
+        command by command, so that each shows."""
+        return bool(INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or self._watchers)
+
+    def submit_sequence(self, label: str, plan: LaunchPlan, buffers: tuple, keys: tuple, after: tuple,
+                        deps: tuple, uses: tuple, uploads: tuple = (), downloads: tuple = ()) -> Event:
+        """Submit ``plan``'s kernels (``KernelSequence``) as one command named ``label``, after
+        ``deps`` (checked already), with ``uploads`` and ``downloads`` (``(cl buffer, host
+        array)`` pairs: contiguous arrays of the buffers' bytes) around them; its Event.
+        ``uses``: every buffer it touches once (a user allocator's go back to its ``free`` after
+        this command). Callers are the recorders of the graph layer; instruments see the
+        command as one."""
+        actor = self._actor
+        if actor.closed:
+            raise actor.refusal(str(self.engine))
+        if not actor.on_run_thread():
+            actor.check_thread(label, f"submitted to a stream of {self.engine}")
+        submission = Submission(actor, label)
+        actor.submit(KernelSequence(submission, deps, plan, buffers, keys, after, uploads, downloads))
+        note_uses(uses, submission)
+        return Event(submission)
 
     def __attrs_post_init__(self) -> None:
         self._nursery = self.engine._runtime._nursery

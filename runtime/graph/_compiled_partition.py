@@ -11,7 +11,6 @@ import trio
 
 from .._engine import Engine
 from .._event import Event
-from .._instruments import INSTRUMENTS
 from .._memory import Memory
 from .._stream import Stream, StreamFlags, check_deps
 from .._values._errors import (
@@ -101,6 +100,21 @@ class CompiledPartition:
     @property
     def primitives(self) -> list:
         return list(self._primitives)
+
+    @property
+    def replay(self) -> Replay | None:
+        """Its kernels' recorded form (made at first use; None when it has no kernels): what a
+        graph runner's recorded request (``_recorded_request``) builds on."""
+        if self._replay is None and self._primitives:
+            self._replay = Replay(self.engine, self._plan, self._memory, self._primitives,
+                                  f"partition {self.partition.id}")
+        return self._replay
+
+    @property
+    def hidden_inputs(self) -> tuple[Tensor, ...]:
+        """Constants the kernels read after the input ports (the zeros and identities that
+        stand for empty work): the replay's inputs are the ports, then these."""
+        return self._hidden
 
     def query_logical_tensor(self, lt_id: int) -> LogicalTensor:
         """An input or output port with the shape and layout compilation settled on."""
@@ -276,11 +290,9 @@ class CompiledPartition:
             ins = [*ins, *self._hidden]
         if not self._primitives:
             return stream.marker(deps=deps)
-        if not (INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or stream._watchers):
-            replay = self._replay
-            if replay is None:
-                replay = self._replay = Replay(self.engine, self._plan, self._memory, self._primitives,
-                                               f"partition {self.partition.id}")
+        if not stream.watched:
+            replay = self.replay
+            assert replay is not None, "a partition with primitives has a replay"
             return replay.run(stream, ins, outs, deps)
         # Instruments watch: submit kernel by kernel, so that each shows as a command of its own.
         temps = allocate_temporaries(self.engine, self._memory.buffer_bytes)

@@ -75,6 +75,11 @@ class DynamicGraphRunner:
                 totals[name] += getattr(stats, name)
         return GraphRunnerStatistics(**totals, compiled_shapes=len(self._runners))
 
+    def release_request_buffers(self) -> None:
+        """``GraphRunner.release_request_buffers`` of every shape compiled so far."""
+        for runner in self._runners.values():
+            runner.release_request_buffers()
+
     async def set_constants(self, constants) -> None:
         """``GraphRunner.set_constants`` for every shape compiled so far and every later one
         (arrays are copied now, so the caller may reuse them)."""

@@ -53,6 +53,7 @@ from ._handlers import Handler, check_results
 from ._logical_tensor import LogicalTensor, known_shape
 from ._partition import Partition
 from ._pipeline import Pipeline
+from ._recorded_request import RequestRecording
 from ._tensor import Tensor
 
 __all__ = ["Execution", "GraphRunner", "GraphRunnerStatistics", "Step"]
@@ -80,6 +81,12 @@ class GraphRunnerStatistics:
     # Sets of input shapes compiled: 1 for a runner of known shapes; a ``DynamicGraphRunner``'s
     # statistics add up its runners and count them here.
     compiled_shapes: int = 1
+    # Sets of device buffers kept for recorded requests (``_recorded_request``): each holds one
+    # request's uploaded inputs, intermediates, outputs and scratch, reused request after request.
+    # Not counted in ``buffers_allocated``, which counts the buffers of single runs;
+    # ``request_buffers`` is how many device buffers the sets hold (``release_request_buffers``).
+    request_buffer_sets: int = 0
+    request_buffers: int = 0
 
     @property
     def live_buffers(self) -> int:
@@ -127,6 +134,9 @@ class GraphRunner:
     _counts: dict[str, int] = attrs.field(init=False, repr=False)
     _descs: dict[int, MemoryDesc] = attrs.field(init=False, repr=False, factory=dict)
     _recorded: bool | None = attrs.field(init=False, repr=False, default=None)  # see _recordable
+    # A request as one recorded command (``_recorded_request``): made at the first request that
+    # can go that way; False when the runner's requests cannot.
+    _recording: RequestRecording | bool | None = attrs.field(init=False, repr=False, default=None)
     # Inputs given once (set_constants): used by every run that omits them.
     _constants: dict[int, Tensor] = attrs.field(init=False, repr=False, factory=dict)
 
@@ -149,7 +159,17 @@ class GraphRunner:
         return tuple(step.partition for step in self._steps if step.compiled is None)
 
     def statistics(self) -> GraphRunnerStatistics:
+        recording = self._recording
+        if isinstance(recording, RequestRecording):
+            return GraphRunnerStatistics(**self._counts, request_buffer_sets=recording.buffer_sets,
+                                         request_buffers=recording.buffers)
         return GraphRunnerStatistics(**self._counts)
+
+    def release_request_buffers(self) -> None:
+        """Free the device buffers kept between requests (``statistics().request_buffers``); a
+        later request makes them again. They go by themselves with the runner or the runtime."""
+        if isinstance(self._recording, RequestRecording):
+            self._recording.release()
 
     @property
     def constants(self) -> dict[int, Tensor]:
@@ -432,6 +452,18 @@ class GraphRunner:
             self._recorded = recordable
         return recordable
 
+    def _request_recording(self) -> RequestRecording | None:
+        """The recorded form of a request (``_recordable`` runners only), made at first use;
+        None when its buffers would not fit ``SET_BYTES`` or it has no kernels."""
+        recording = self._recording
+        if recording is None:
+            made = RequestRecording(self.engine, self.inputs, self.outputs, self._steps, self._desc,
+                                    f"graph request ({len(self._steps)} partitions)")
+            recording = self._recording = made if made.usable else False
+            if made.usable:
+                self.engine.keep_until_shutdown(made)
+        return recording if isinstance(recording, RequestRecording) else None
+
     def _count(self, name: str, n: int = 1) -> None:
         self._counts[name] += n
 
@@ -510,6 +542,54 @@ class _Slot:
         return self.tensor
 
 
+class SubmittedRequest:
+    """A request submitted as one recorded command: ``await result()`` for its outputs, once;
+    ``abandon()`` when nobody will (a closing pipeline). Either settles its constant leases."""
+
+    __slots__ = ("_runner", "_event", "_outs", "_leases", "_settled")
+
+    def __init__(self, runner: GraphRunner, event: Event, outs: list, leases: list) -> None:
+        self._runner = runner
+        self._event = event
+        self._outs = outs
+        self._leases = leases
+        self._settled = False
+
+    async def result(self) -> dict:
+        runner = self._runner
+        succeeded = False
+        try:
+            await self._event
+            results: dict[int, Any] = {}
+            for lt, out in zip(runner.outputs, self._outs):
+                out = out.reshape(lt.shape)
+                results[lt.id] = out.astype(bool) if lt.dtype == "boolean" else out
+            runner._count("runs_finished")
+            succeeded = True
+            return results
+        except BaseException as exc:
+            _count_cancelled(runner, exc)
+            raise
+        finally:
+            self._settle(failed=not succeeded)
+
+    def abandon(self) -> None:
+        """Nobody will await it: count it cancelled and hand back its constants (the command
+        still runs to its end; its buffers are the runner's)."""
+        if not self._settled:
+            self._runner._count("runs_cancelled")
+            self._settle(failed=True)
+
+    def _settle(self, failed: bool) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        for entry in self._leases:
+            _constant_cache.release(entry, [self._event], failed=failed)
+        if self._leases:
+            _constant_cache.settle(self._leases)
+
+
 class Execution:
     """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
 
@@ -533,6 +613,9 @@ class Execution:
     async def run(self) -> dict:
         runner = self._runner
         if not self._given_outputs and not self._as_tensors and runner._recordable():
+            recording = None if self._stream.watched else runner._request_recording()
+            if recording is not None:
+                return await self._run_request(recording)
             return await self._run_recorded()
         runner._count("runs_started")
         try:
@@ -558,6 +641,70 @@ class Execution:
             raise
         finally:
             self._release_all()
+
+    async def _run_request(self, recording: RequestRecording) -> dict:
+        """The whole request as one recorded command (``_recorded_request``): uploads, every
+        partition's kernels and the read-backs in one submission, into buffers the runner keeps;
+        one completion to await. Measured on PoCL (bench_pipeline, the 2-layer MLP) against
+        ``_run_recorded``, which submits each upload, partition and read apart and allocates the
+        request's buffers: see BENCHMARKS.md, the request path."""
+        self._runner._count("runs_started")
+        try:
+            submitted = self._submit_request(recording)
+        except BaseException as exc:
+            _count_cancelled(self._runner, exc)
+            raise
+        return await submitted.result()
+
+    def submit(self) -> SubmittedRequest | None:
+        """Submit the request now if it goes as one recorded command (``run``'s fast path), for
+        a caller that awaits ``result()`` later without a task of its own (``map``); None when
+        it takes another path (``run`` it then). Raises what submitting raises."""
+        runner = self._runner
+        if self._given_outputs or self._as_tensors or not runner._recordable() or self._stream.watched:
+            return None
+        recording = runner._request_recording()
+        if recording is None:
+            return None
+        runner._count("runs_started")
+        return self._submit_request(recording)
+
+    def _submit_request(self, recording: RequestRecording) -> SubmittedRequest:
+        runner = self._runner
+        deps = list(self._deps)
+        sources: list = []
+        leases: list[_constant_cache.Entry] = []
+        uploads = 0
+        try:
+            for lt in runner.inputs:
+                value = self._values[lt.id]
+                if isinstance(value, Tensor):
+                    sources.append(value.memory)
+                    continue
+                if type(value) is _ConstantArray:
+                    got = self._acquire_constant(lt, value)
+                    if got is not None:
+                        entry, missed = got
+                        leases.append(entry)
+                        sources.append(entry.memory)
+                        if entry.upload is not None:
+                            deps.append(entry.upload)
+                        if missed:
+                            runner._count("uploads")
+                        continue
+                    value = value.array
+                sources.append(value)
+                uploads += 1
+            event, outs = recording.submit(self._stream, sources, check_deps(deps))
+        except BaseException:
+            for entry in leases:
+                _constant_cache.release(entry, [], failed=True)
+            if leases:
+                _constant_cache.settle(leases)
+            raise
+        runner._count("uploads", uploads)
+        runner._count("partitions_submitted", len(runner._steps))
+        return SubmittedRequest(runner, event, outs, leases)
 
     async def _run_recorded(self) -> dict:
         """The whole graph as a straight line of submissions: every step compiled, each step's

@@ -43,6 +43,14 @@ class _Request(Protocol):
     async def run(self) -> Any: ...
 
 
+class _Submitted(Protocol):
+    """A request already submitted (a recorded request): its result awaited by the consumer."""
+
+    async def result(self) -> Any: ...
+
+    def abandon(self) -> None: ...
+
+
 @attrs.frozen
 class PipelineStatistics:
     """Requests started and delivered so far, and the most ever in flight at once (started,
@@ -66,10 +74,16 @@ class _Slot:
     error: BaseException | None = None
     end: bool = False
     handed: bool = False
+    # A request submitted without a task: the consumer awaits its result itself.
+    submitted: _Submitted | None = None
 
     def discard(self) -> None:
         """Free the Tensors of a result nobody will take (an outputs dict, or a result object
-        holding one as ``outputs``: an engine pool's ``PoolResult``)."""
+        holding one as ``outputs``: an engine pool's ``PoolResult``), or give up a submitted
+        request nobody will await."""
+        if self.submitted is not None and not self.handed:
+            self.submitted.abandon()
+            self.submitted = None
         if self.result is not None and not self.handed:
             outputs = self.result if isinstance(self.result, dict) else getattr(self.result, "outputs", None)
             for value in (outputs or {}).values():
@@ -219,6 +233,9 @@ class Pipeline:
                 try:
                     item = await pull()
                     request = self._start(item)
+                    # A recorded request is submitted here and awaited by the consumer: no task.
+                    submit = getattr(request, "submit", None)
+                    submitted = submit() if submit is not None else None
                 except StopAsyncIteration:
                     slot.end = True
                     slot.done.set()
@@ -231,6 +248,11 @@ class Pipeline:
                     return
                 self._started += 1
                 self._peak = max(self._peak, self._started - self._delivered)
+                if submitted is not None:
+                    slot.submitted = submitted
+                    slot.done.set()
+                    self._send.send_nowait(slot)
+                    continue
                 self._send.send_nowait(slot)
                 requests.start_soon(self._request, slot, request)
         finally:
@@ -283,6 +305,12 @@ class Pipeline:
                 slot = None
             if slot is not None:
                 await slot.done.wait()
+                if slot.submitted is not None:
+                    submitted, slot.submitted = slot.submitted, None
+                    try:
+                        slot.result = await submitted.result()
+                    except Exception as exc:
+                        slot.error = exc
         except BaseException:
             # The consumer was cancelled (or interrupted) while waiting: close everything.
             with trio.CancelScope(shield=True):

@@ -95,14 +95,18 @@ class Replay:
                 position[i] = n_inputs + slot.index
             else:
                 position[i] = len(ports) + memory.buffer_of[i]
-        self._arg_positions = []
-        self._written = []
+        # Per kernel: the position in a run's buffers of each argument, and whether it writes it.
+        self.arg_positions: list[tuple[int, ...]] = []
+        self.written: list[tuple[bool, ...]] = []
         for step, primitive in zip(plan.steps, primitives, strict=True):
             views = dict(step.args)
             names = primitive.launch.spec.arg_names
-            self._arg_positions.append(tuple(position[views[name].slot] for name in names))
+            self.arg_positions.append(tuple(position[views[name].slot] for name in names))
             written = primitive.desc.output_names
-            self._written.append(tuple(name in written for name in names))
+            self.written.append(tuple(name in written for name in names))
+        self.primitives = tuple(primitives)
+        self.ports = len(ports)  # a run's buffers before the scratch ones
+        self.scratch_bytes = tuple(memory.buffer_bytes)
         self._plan = LaunchPlan([p.launch for p in primitives], [p.label for p in primitives],
                                 [p.overlaps for p in primitives])
         self._scratch: list[_Scratch] = []
@@ -121,7 +125,7 @@ class Replay:
             return oldest, (oldest.last,)
         scratch = _Scratch(allocate_temporaries(self._engine, self._memory.buffer_bytes))
         if not self._scratch:
-            self._engine._runtime._scratch_owners.add(self)
+            self._engine.keep_until_shutdown(self)
         self._scratch.append(scratch)
         return scratch, ()
 
@@ -144,11 +148,11 @@ class Replay:
         buffers = tuple(t.memory.cl_buffer for t in inputs) + tuple(t.memory.cl_buffer for t in outputs) \
             + scratch.buffers
         key = tuple([b.int_ptr for b in buffers])
-        args = tuple([tuple([buffers[p] for p in positions]) for positions in self._arg_positions])
+        args = tuple([tuple([buffers[p] for p in positions]) for positions in self.arg_positions])
         if key == self._last_key:
             keys = self._last_keys  # the same objects: the plan's kernels keep their arguments
         else:
-            keys = tuple([tuple([key[p] for p in positions]) for positions in self._arg_positions])
+            keys = tuple([tuple([key[p] for p in positions]) for positions in self.arg_positions])
             self._last_key, self._last_keys = key, keys
         if actor.mode == "in_order":
             after = ()
@@ -163,31 +167,38 @@ class Replay:
         return Event(submission)
 
     def _after_for(self, key: tuple) -> tuple:
-        """For each step, the earlier steps it waits for: the last writer of each buffer it
-        touches, and the readers since that write of each buffer it writes. ``key`` names each
-        of the run's buffers by the first position holding the same buffer, so ports that alias
-        each other (an in-place pair) and shared scratch order correctly; kept per such key."""
+        """``step_waits`` for a run whose buffers ``key`` names, kept per such key."""
         after = self._after.get(key)
         if after is None:
-            writer: dict[int, int] = {}
-            readers: dict[int, list[int]] = {}
-            steps = []
-            for i, (positions, written) in enumerate(zip(self._arg_positions, self._written)):
-                waits: set[int] = set()
-                for p, writes in zip(positions, written):
-                    buffer = key[p]
-                    if buffer in writer:
-                        waits.add(writer[buffer])
-                    if writes:
-                        waits.update(readers.get(buffer, ()))
-                waits.discard(i)
-                for p, writes in zip(positions, written):
-                    buffer = key[p]
-                    if writes:
-                        writer[buffer] = i
-                        readers[buffer] = []
-                    else:
-                        readers.setdefault(buffer, []).append(i)
-                steps.append(tuple(sorted(waits)))
-            after = self._after[key] = tuple(steps)
+            after = self._after[key] = step_waits(self.arg_positions, self.written, key)
         return after
+
+
+def step_waits(arg_positions, written, key: tuple) -> tuple:
+    """For each kernel, the earlier kernels it waits for on an out-of-order stream: the last
+    writer of each buffer it touches, and the readers since that write of each buffer it
+    writes. ``arg_positions[i]`` are kernel ``i``'s arguments as positions in a run's buffers,
+    ``written[i]`` whether it writes each; ``key`` names each position's buffer by the first
+    position holding the same buffer, so ports that alias each other (an in-place pair) and
+    shared scratch order correctly."""
+    writer: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    steps = []
+    for i, (positions, writes_of) in enumerate(zip(arg_positions, written)):
+        waits: set[int] = set()
+        for p, writes in zip(positions, writes_of):
+            buffer = key[p]
+            if buffer in writer:
+                waits.add(writer[buffer])
+            if writes:
+                waits.update(readers.get(buffer, ()))
+        waits.discard(i)
+        for p, writes in zip(positions, writes_of):
+            buffer = key[p]
+            if writes:
+                writer[buffer] = i
+                readers[buffer] = []
+            else:
+                readers.setdefault(buffer, []).append(i)
+        steps.append(tuple(sorted(waits)))
+    return tuple(steps)

@@ -84,6 +84,11 @@ def live(engine) -> int:
     return engine.statistics().live_buffers
 
 
+def kept(runner) -> int:
+    """Device buffers the runner keeps between requests (its recorded requests' buffer sets)."""
+    return runner.statistics().request_buffers
+
+
 @pytest.fixture
 def capacity():
     """``capacity(mib)`` sets every engine kind's capacity for the test; the recorded ones come
@@ -116,7 +121,7 @@ async def test_same_array_is_uploaded_once(engine, stream, capacity, rng):
         assert counts(engine) == (2 * i, 2, 0, 0, 2, w.nbytes + b.nbytes)
     # x every run, w and b once; the cache's two buffers are all that stays.
     assert runner.statistics().uploads == 4 + 2
-    assert runner.statistics().live_buffers == 0 and live(engine) == before + 2
+    assert runner.statistics().live_buffers == 0 and live(engine) == before + 2 + kept(runner)
     assert stats(engine).uploads == 2
 
 
@@ -223,7 +228,7 @@ async def test_capacity_zero_disables(engine, stream, capacity, rng):
         out = await runner.run(stream, {0: x, 1: w, 2: b})
         np.testing.assert_allclose(out[5], mlp_reference(x, w, b), rtol=1e-5, atol=1e-5)
     assert counts(engine) == (0, 0, 0, 6, 0, 0)
-    assert runner.statistics().uploads == 9 and live(engine) == before
+    assert runner.statistics().uploads == 9 and live(engine) == before + kept(runner)
 
 
 async def test_eviction_at_capacity_frees_the_buffer(engine, stream, capacity, rng):
@@ -237,19 +242,20 @@ async def test_eviction_at_capacity_frees_the_buffer(engine, stream, capacity, r
         out = await runner.run(stream, {0: x, 1: c})
         np.testing.assert_array_equal(out[3], x + c)
         # Only one 768 KiB constant fits in 1 MiB: each switch evicts the other.
-        assert live(engine) == before + 1
+        assert live(engine) == before + 1 + kept(runner)
     assert counts(engine) == (1, 4, 3, 0, 1, nbytes)
     # Too big for the capacity: uploaded for the run, never cached.
     capacity("cpu", 0)
     capacity("gpu", 0)
-    assert stats(engine).entries == 0 and live(engine) == before
+    assert stats(engine).entries == 0 and live(engine) == before + kept(runner)
     capacity(1)
     big = rng.standard_normal((2 * BIG[0], BIG[1]), dtype=np.float32)
     g = Graph("cpu")
     g.add_op(Op(0, "ReLU", [f32(1, list(big.shape), "constant")], [f32(2, list(big.shape))]))
     relu = await compile_graph(g, engine)
     np.testing.assert_array_equal((await relu.run(stream, {1: big}))[2], np.maximum(big, 0))
-    assert stats(engine).uncached == 1 and stats(engine).entries == 0 and live(engine) == before
+    assert stats(engine).uncached == 1 and stats(engine).entries == 0
+    assert live(engine) == before + kept(runner) + kept(relu)
 
 
 async def test_raising_the_capacity_keeps_entries_and_lowering_evicts(engine, stream, capacity, rng):
@@ -303,10 +309,10 @@ async def test_an_entry_evicted_under_a_running_request_stays_until_it_has_submi
         # c2 evicts c1 from the cache while the slow run still has to submit its Add on c1.
         np.testing.assert_array_equal((await fast.run(stream, {0: x, 1: c2}))[3], x + c2)
         assert counts(engine)[1:] == (2, 1, 0, 1, c2.nbytes)
-        assert live(engine) == before + 2     # c1 (pinned, out of the cache) and c2
+        assert live(engine) == before + 2 + kept(fast)     # c1 (pinned, out of the cache) and c2
         gate.set()
     np.testing.assert_array_equal(result[3], x + c1)
-    assert live(engine) == before + 1          # c1 went once the slow run was done with it
+    assert live(engine) == before + 1 + kept(fast)     # c1 went once the slow run was done with it
 
 
 async def test_a_cancelled_run_leaves_no_buffer_behind(engine, stream, capacity, rng):
@@ -381,13 +387,14 @@ async def test_set_constants_lets_runs_omit_their_ids(engine, stream, capacity, 
     w_tensor = await Tensor.from_numpy(runner.inputs[1], engine, w2)
     await runner.set_constants({1: w_tensor})
     gc.collect()
-    assert live(engine) == before + 2 + 1         # b, the caller's tensor, and the cache's w2
+    # b, the caller's tensor, the cache's w2, and the buffers kept between requests
+    assert live(engine) == before + 2 + 1 + kept(runner)
     out = await runner.run(stream, {0: xs[1]})
     np.testing.assert_allclose(out[5], mlp_reference(xs[1], w2, b), rtol=1e-5, atol=1e-5)
     # None takes a value back: runs must give it again.
     await runner.set_constants({1: None, 2: None})
     gc.collect()
-    assert runner.constants == {} and live(engine) == before + 2
+    assert runner.constants == {} and live(engine) == before + 2 + kept(runner)
     with pytest.raises(InvalidArgumentError, match=r"inputs lack graph input ids \[1, 2\]"):
         await runner.run(stream, {0: xs[0]})
 

@@ -62,6 +62,11 @@ def live(engine) -> int:
     return engine.statistics().live_buffers
 
 
+def held(runner) -> int:
+    """Device buffers the runner keeps between requests (its recorded requests' buffer sets)."""
+    return runner.statistics().request_buffers
+
+
 def scratch_free(runner) -> bool:
     """No compiled partition allocates temporaries, so the engine's live-buffer count is the
     runner's and the caller's alone."""
@@ -331,14 +336,15 @@ def branchy_graph() -> Graph:
 
 
 async def test_buffers_are_released_after_their_last_consumer_and_never_earlier(engine, gate):
+    # A stream a trace watches: requests go command by command, with buffers of their own.
     runner = await compile_graph(branchy_graph(), engine, policy="debug")
     assert scratch_free(runner)
     x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
     src = await Tensor.from_numpy(runner.inputs[0], engine, x)
-    stream = await engine.stream(StreamFlags.out_of_order)
     before = live(engine)
     result = {}
-    with gate(engine.cl_context) as user_event:
+    with triodnn.trace.record(), gate(engine.cl_context) as user_event:
+        stream = await engine.stream(StreamFlags.out_of_order)
         async with trio.open_nursery() as nursery:
             async def run():
                 result.update(await runner.run(stream, {0: src}, deps=[user_event]))
@@ -354,7 +360,118 @@ async def test_buffers_are_released_after_their_last_consumer_and_never_earlier(
     np.testing.assert_allclose(result[4], np.tanh(np.maximum(x, 0)) + np.abs(x), rtol=1e-6)
     stats = runner.statistics()
     assert stats.buffers_allocated == stats.buffers_released == 5
-    assert live(engine) == before
+    assert live(engine) == before and held(runner) == 0
+
+
+@pytest.mark.parametrize("flags", [StreamFlags.in_order, StreamFlags.out_of_order])
+async def test_recorded_requests_reuse_one_buffer_set_until_requests_overlap(engine, gate, flags):
+    # Unwatched streams: a request is one command into buffers the runner keeps. Requests one
+    # after another share one set; a request submitted while another holds a set gets a new one
+    # (out of order) or the same one (in order: the queue runs them one after the other).
+    runner = await compile_graph(branchy_graph(), engine, policy="debug")
+    assert scratch_free(runner)
+    stream = await engine.stream(flags)
+    before = live(engine)
+    xs = [request_value(i) for i in range(3)]
+    want = [{4: np.tanh(np.maximum(x, 0)) + np.abs(x), 5: 1 / (1 + np.exp(-np.abs(x)))} for x in xs]
+    for x, ref in zip(xs, want):
+        got = await runner.run(stream, {0: x})
+        for k in (4, 5):
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6)
+    stats = runner.statistics()
+    # One set: the uploaded input, intermediates 1, 2, 3 and outputs 4, 5.
+    assert (stats.request_buffer_sets, stats.request_buffers) == (1, 6)
+    assert stats.buffers_allocated == 0 and stats.partitions_submitted == 3 * 5 and stats.uploads == 3
+    assert live(engine) == before + 6
+    results = [None] * 3
+    with gate(engine.cl_context) as user_event:
+        async with trio.open_nursery() as nursery:
+            async def run(i):
+                results[i] = await runner.run(stream, {0: xs[i]}, deps=[user_event])
+            for i in range(3):
+                nursery.start_soon(run, i)
+            await trio.testing.wait_all_tasks_blocked()
+            sets = 1 if flags == StreamFlags.in_order else 3
+            assert runner.statistics().request_buffer_sets == sets
+            user_event.set_status(COMPLETE)
+    for got, ref in zip(results, want):
+        for k in (4, 5):
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6)
+    assert live(engine) == before + held(runner)
+    runner.release_request_buffers()
+    assert held(runner) == 0 and live(engine) == before
+
+
+def two_input_graph() -> Graph:
+    """a -> ReLU -+-> Multiply(·, b) -> out 4;  a, b -> Add -> out 5 (3 partitions with debug)."""
+    g = Graph("cpu")
+    s = [4, 8]
+    g.add_op(Op(0, "ReLU", [f32(0, s)], [f32(2, s)]))
+    g.add_op(Op(1, "Multiply", [f32(2, s), f32(1, s)], [f32(4, s)]))
+    g.add_op(Op(2, "Add", [f32(0, s), f32(1, s)], [f32(5, s)]))
+    return g
+
+
+@pytest.mark.parametrize("strategy", ["in_order", "lanes:3", "lanes:3:spread", "native"])
+async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy):
+    # Two uploads, kernels that may overlap, two read-backs, several requests in flight: the
+    # recorded command on an in-order queue, on lanes (spread or not) and on one native
+    # out-of-order queue. A Tensor given for both inputs (aliased buffers) goes the same way.
+    if strategy != "in_order":
+        monkeypatch.setenv("TRIODNN_OOO_STRATEGY", strategy)
+    engine = await rt.engine()
+    flags = StreamFlags.in_order if strategy == "in_order" else StreamFlags.out_of_order
+    stream = await engine.stream(flags)
+    runner = await compile_graph(two_input_graph(), engine, policy="debug")
+    assert len(runner.compiled_partitions) == 3
+    rng = np.random.default_rng(5)
+    requests = [{0: rng.standard_normal((4, 8), dtype=np.float32), 1: rng.standard_normal((4, 8), dtype=np.float32)}
+                for _ in range(12)]
+    async with runner.map(requests, stream=stream, max_in_flight=4) as results:
+        outs = [out async for out in results]
+    for request, out in zip(requests, outs, strict=True):
+        a, b = request[0], request[1]
+        np.testing.assert_allclose(out[4], np.maximum(a, 0) * b, rtol=1e-6)
+        np.testing.assert_allclose(out[5], a + b, rtol=1e-6)
+    stats = runner.statistics()
+    assert stats.runs_finished == 12 and stats.uploads == 24 and stats.buffers_allocated == 0
+    assert 1 <= stats.request_buffer_sets <= 4
+    both = await Tensor.from_numpy(runner.inputs[0], engine, requests[0][0])
+    out = await runner.run(stream, {0: both, 1: both})
+    np.testing.assert_allclose(out[4], np.maximum(requests[0][0], 0) * requests[0][0], rtol=1e-6)
+    np.testing.assert_allclose(out[5], 2 * requests[0][0], rtol=1e-6)
+
+
+async def test_a_cancelled_recorded_request_keeps_its_set_until_the_command_ends(engine, gate):
+    # OpenCL cannot recall the command: the set it runs on is not handed to the next request
+    # before it ends, and the result it would have had is dropped.
+    runner = await compile_graph(branchy_graph(), engine, policy="debug")
+    stream = await engine.stream(StreamFlags.out_of_order)
+    x = request_value(0)
+    await runner.run(stream, {0: x})
+    assert runner.statistics().request_buffer_sets == 1
+    with gate(engine.cl_context) as user_event:
+        with trio.CancelScope() as scope:
+            async def doomed():
+                await runner.run(stream, {0: x}, deps=[user_event])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(doomed)
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+        assert scope.cancelled_caught
+        got = {}
+        async with trio.open_nursery() as nursery:
+            async def next_request():
+                got.update(await runner.run(stream, {0: request_value(1)}))
+            nursery.start_soon(next_request)
+            await trio.testing.wait_all_tasks_blocked()
+            # The set of the cancelled request is still held by its command: a second set.
+            assert runner.statistics().request_buffer_sets == 2
+            user_event.set_status(COMPLETE)
+    want = np.tanh(np.maximum(request_value(1), 0)) + np.abs(request_value(1))
+    np.testing.assert_allclose(got[4], want, rtol=1e-6)
+    stats = runner.statistics()
+    assert (stats.runs_started, stats.runs_finished, stats.runs_cancelled) == (3, 2, 1)
 
 
 async def test_buffers_upstream_of_a_waiting_handler_are_released_while_it_waits(engine):
@@ -411,7 +528,8 @@ async def test_outputs_as_tensors_belong_to_the_caller(engine):
         assert not t.released
         t.release()                          # Tensor.release: its memory goes now
         assert t.released and t.memory.released
-    assert live(engine) == before
+    assert live(engine) == before + held(runner)
+    runner.release_request_buffers()
     with Tensor(runner.outputs[0], engine) as scoped:
         assert live(engine) == before + 1
     assert scoped.released and live(engine) == before
@@ -521,7 +639,7 @@ async def test_pipeline_error_comes_in_order_and_frees_everything(engine):
                 got.append(out)
     assert len(got) == 3
     await stream.wait()
-    assert live(engine) == before and runner.statistics().live_buffers == 0
+    assert live(engine) == before + held(runner) and runner.statistics().live_buffers == 0
 
 
 async def test_pipeline_tensor_outputs_are_distinct_and_freed_when_undelivered(engine):
@@ -536,11 +654,12 @@ async def test_pipeline_tensor_outputs_are_distinct_and_freed_when_undelivered(e
     assert first[4].memory.cl_buffer.int_ptr != second[4].memory.cl_buffer.int_ptr
     want = await runner.run(stream, {0: request_value(1)})
     np.testing.assert_array_equal(await second[4].to_numpy(), want[4])
-    assert live(engine) == before + 4          # the two delivered results' outputs only
+    # The two delivered results' outputs, and the buffers of the recorded request of ``want``.
+    assert live(engine) == before + 4 + held(runner)
     for out in (first, second):
         for t in out.values():
             t.memory.release()
-    assert live(engine) == before
+    assert live(engine) == before + held(runner)
 
 
 def blocking_graph() -> Graph:

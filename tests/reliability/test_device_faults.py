@@ -11,6 +11,7 @@ device: a real fault would kill a CPU runtime's process (a wild write in PoCL is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -163,26 +164,34 @@ def four_partition_graph() -> Graph:
     return g
 
 
-@pytest.mark.parametrize("path", ["recorded", "general"])
+@pytest.mark.parametrize("path", ["one command", "partition by partition", "general"])
 async def test_a_device_lost_mid_run_fails_the_run_and_frees_its_buffers(engine, rng, monkeypatch, path):
     """A graph run during which the context breaks: the run raises ``DeviceLostError`` (the
-    probe its failed enqueue started has found the device lost), the runner holds no buffer
-    afterwards and counts the run neither finished nor cancelled, and the next run is refused
-    with ``DeviceLostError`` too."""
+    probe its failed enqueue started has found the device lost), the runner holds no buffer of
+    a run afterwards (those it keeps between requests go with ``release_request_buffers``) and
+    counts the run neither finished nor cancelled, and the next run is refused with
+    ``DeviceLostError`` too. Paths: the recorded request, the straight line a trace sees, and
+    the general one (Tensor outputs)."""
     runner = await compile_graph(four_partition_graph(), engine, policy="debug")   # four partitions
-    stream = await engine.stream(StreamFlags.out_of_order)
     x = rng.standard_normal((4, 8)).astype(np.float32)
     before = engine.statistics().live_buffers
-    await runner.run(stream, {0: x})
-    refuse_enqueues(monkeypatch, engine.cl_context)
-    lose_context(monkeypatch, engine.cl_context)
-    with pytest.raises(DeviceLostError):
-        await runner.run(stream, {0: x}, as_tensors=path == "general")
+    with contextlib.ExitStack() as watched:
+        if path == "partition by partition":
+            watched.enter_context(triodnn.trace.record())
+        stream = await engine.stream(StreamFlags.out_of_order)
+        await runner.run(stream, {0: x})
+        refuse_enqueues(monkeypatch, engine.cl_context)
+        lose_context(monkeypatch, engine.cl_context)
+        with pytest.raises(DeviceLostError):
+            await runner.run(stream, {0: x}, as_tensors=path == "general")
     assert engine.lost is not None
     with pytest.raises(DeviceLostError):
         await runner.run(stream, {0: x})
     stats = runner.statistics()
-    assert stats.live_buffers == 0 and engine.statistics().live_buffers == before
+    assert stats.request_buffers == (0 if path == "partition by partition" else 5)  # the first run's set
+    assert stats.live_buffers == 0 and engine.statistics().live_buffers == before + stats.request_buffers
+    runner.release_request_buffers()
+    assert engine.statistics().live_buffers == before
     assert (stats.runs_started, stats.runs_finished, stats.runs_cancelled) == (stats.runs_started, 1, 0)
 
 
@@ -195,6 +204,7 @@ async def test_an_allocation_the_device_refuses_is_typed_and_leaves_nothing(engi
     stream = await engine.stream()
     x = rng.standard_normal((4, 8)).astype(np.float32)
     expected = await runner.run(stream, {0: x})
+    runner.release_request_buffers()      # the next run makes its buffer set anew
     before = engine.statistics().live_buffers
     real = _allocator.new_buffer
     calls = []
@@ -210,7 +220,7 @@ async def test_an_allocation_the_device_refuses_is_typed_and_leaves_nothing(engi
         await runner.run(stream, {0: x})
     assert isinstance(info.value, MemoryError) and len(calls) == 3
     await stream.wait()
-    assert engine.statistics().live_buffers == before and runner.statistics().live_buffers == 0
+    assert engine.statistics().live_buffers == before and runner.statistics().request_buffers == 0
 
     calls[:] = [0, 0]                            # the next allocation is the third: refused
     with pytest.raises(OutOfMemoryError, match="4096 bytes"):
