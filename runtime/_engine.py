@@ -146,6 +146,19 @@ class Engine:
             raise
         return memory
 
+    @property
+    def stages_copies(self) -> bool:
+        """Whether host copies to and from this device are faster through pinned host memory
+        (``pinned_host_array``): a device with memory of its own, not one sharing the host's."""
+        return not self._actor.allocator.device.host_unified_memory
+
+    def pinned_host_array(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` (uint8) of host memory this device copies to and from fastest, page-locked
+        where the driver does that; freed with the array. ``OutOfMemoryError`` when refused."""
+        if self._actor.closed:
+            raise ClosedError(f"engine {self} is closed (its runtime has shut down)")
+        return self._actor.allocator.pinned_host_array(nbytes)
+
     def keep_until_shutdown(self, owner) -> None:
         """Have the runtime call ``owner.release_scratch()`` at shutdown, once every queue has
         finished and while the engines (a user allocator's ``free``) are still open: for device

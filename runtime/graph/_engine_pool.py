@@ -146,9 +146,29 @@ class _PoolRequest:
         self._lane, self._index, self._request = lane, index, request
 
     async def run(self) -> PoolResult:
+        return await self.outcome(self._request.run())
+
+    def submit(self) -> _SubmittedPoolRequest | None:
+        """The runner request submitted now when it goes as one recorded command (``map`` then
+        awaits it without a task); None otherwise. A request that fails to submit is still a
+        result: its error, as ``run`` would give it."""
+        submit = getattr(self._request, "submit", None)  # a DynamicGraphRunner's requests have none
+        if submit is None:
+            return None
+        try:
+            submitted = submit()
+        except Exception as exc:
+            return _SubmittedPoolRequest(self, None, exc)
+        return None if submitted is None else _SubmittedPoolRequest(self, submitted, None)
+
+    def abandon(self) -> None:
+        self._lane.running -= 1
+
+    async def outcome(self, awaitable) -> PoolResult:
+        """The ``PoolResult`` of the request's outputs, awaited; an error is the result's."""
         lane = self._lane
         try:
-            outputs = await self._request.run()
+            outputs = await awaitable
         except Exception as exc:
             lane.failed += 1
             if isinstance(exc, ENGINE_FAILURES) and lane.failure is None:
@@ -158,6 +178,28 @@ class _PoolRequest:
             lane.running -= 1
         lane.finished += 1
         return PoolResult(self._index, lane.engine, outputs=outputs)
+
+
+class _SubmittedPoolRequest:
+    """A pool request its runner submitted as one command (or failed to submit)."""
+
+    def __init__(self, request: _PoolRequest, submitted, error: BaseException | None) -> None:
+        self._request, self._submitted, self._error = request, submitted, error
+
+    async def result(self) -> PoolResult:
+        return await self._request.outcome(self._outputs())
+
+    async def _outputs(self) -> dict:
+        if self._submitted is None:
+            await trio.lowlevel.checkpoint()
+            assert self._error is not None, "a request that was not submitted failed to"
+            raise self._error
+        return await self._submitted.result()
+
+    def abandon(self) -> None:
+        if self._submitted is not None:
+            self._submitted.abandon()
+        self._request.abandon()
 
 
 class EnginePool:

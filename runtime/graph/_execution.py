@@ -53,7 +53,7 @@ from ._handlers import Handler, check_results
 from ._logical_tensor import LogicalTensor, known_shape
 from ._partition import Partition
 from ._pipeline import Pipeline
-from ._recorded_request import RequestRecording
+from ._recorded_request import RequestOutputs, RequestRecording
 from ._tensor import Tensor
 
 __all__ = ["Execution", "GraphRunner", "GraphRunnerStatistics", "Step"]
@@ -300,6 +300,8 @@ class GraphRunner:
     def _execution(self, stream, inputs, deps, outputs, as_tensors, *, copy_inputs) -> Execution:
         self._check_stream(stream)
         deps = list(check_deps(deps))
+        if copy_inputs and not outputs and self._copies_inputs_at_submission(stream, as_tensors):
+            copy_inputs = False  # the submission copies them anyway, into pinned memory
         values = self._bind_inputs(inputs, copy_inputs)
         given_outputs = self._bind_outputs(outputs, values)
         return Execution(self, stream, values, deps, given_outputs, as_tensors)
@@ -452,6 +454,14 @@ class GraphRunner:
             self._recorded = recordable
         return recordable
 
+    def _copies_inputs_at_submission(self, stream: Stream, as_tensors) -> bool:
+        """Whether a request on ``stream`` goes as a recorded command that copies its input
+        arrays into pinned host memory as it is submitted (``RequestRecording.staged``)."""
+        if as_tensors or stream.watched or not self._recordable():
+            return False
+        recording = self._request_recording()
+        return recording is not None and recording.staged
+
     def _request_recording(self) -> RequestRecording | None:
         """The recorded form of a request (``_recordable`` runners only), made at first use;
         None when its buffers would not fit ``SET_BYTES`` or it has no kernels."""
@@ -548,9 +558,9 @@ class SubmittedRequest:
 
     __slots__ = ("_runner", "_event", "_outs", "_leases", "_settled")
 
-    def __init__(self, runner: GraphRunner, event: Event, outs: list, leases: list) -> None:
+    def __init__(self, runner: GraphRunner, outs: RequestOutputs, leases: list) -> None:
         self._runner = runner
-        self._event = event
+        self._event = outs.event
         self._outs = outs
         self._leases = leases
         self._settled = False
@@ -561,7 +571,7 @@ class SubmittedRequest:
         try:
             await self._event
             results: dict[int, Any] = {}
-            for lt, out in zip(runner.outputs, self._outs):
+            for lt, out in zip(runner.outputs, self._outs.take()):
                 out = out.reshape(lt.shape)
                 results[lt.id] = out.astype(bool) if lt.dtype == "boolean" else out
             runner._count("runs_finished")
@@ -584,6 +594,7 @@ class SubmittedRequest:
         if self._settled:
             return
         self._settled = True
+        self._outs.drop()
         for entry in self._leases:
             _constant_cache.release(entry, [self._event], failed=failed)
         if self._leases:
@@ -695,7 +706,7 @@ class Execution:
                     value = value.array
                 sources.append(value)
                 uploads += 1
-            event, outs = recording.submit(self._stream, sources, check_deps(deps))
+            outs = recording.submit(self._stream, sources, check_deps(deps))
         except BaseException:
             for entry in leases:
                 _constant_cache.release(entry, [], failed=True)
@@ -704,7 +715,7 @@ class Execution:
             raise
         runner._count("uploads", uploads)
         runner._count("partitions_submitted", len(runner._steps))
-        return SubmittedRequest(runner, event, outs, leases)
+        return SubmittedRequest(runner, outs, leases)
 
     async def _run_recorded(self) -> dict:
         """The whole graph as a straight line of submissions: every step compiled, each step's

@@ -154,6 +154,41 @@ async def test_a_failing_engine_leaves_the_rotation_and_the_others_go_on(engine,
     assert good.statistics().live_buffers == 0 and bad.statistics().live_buffers == 0
 
 
+async def test_recorded_requests_that_fail_to_submit_are_results_and_the_engine_leaves(engine, second_engine,
+                                                                                      monkeypatch):
+    """Requests that go as one recorded command are submitted by the pool's map without a task:
+    one its engine refuses at submission (here as a lost device would, ExecutionError) comes
+    back as that request's result, the engine leaves the rotation, and the rest run right."""
+    pool = await compile_graph_pool(mlp_graph(), [engine, second_engine], constants={1: W, 3: B}, capacity=2)
+    refusing = pool.streams[1]
+    submit_sequence = triodnn.Stream.submit_sequence
+
+    def refuse(stream, *args, **kwargs):
+        if stream is refusing:
+            raise ExecutionError("device lost")
+        return submit_sequence(stream, *args, **kwargs)
+
+    monkeypatch.setattr(triodnn.Stream, "submit_sequence", refuse)
+    n = 12
+    async with pool.map({0: request(i)} for i in range(n)) as results:
+        got = [r async for r in results]
+    assert [r.index for r in got] == list(range(n))
+    failed = [r for r in got if not r.ok]
+    # Those routed to it before its first refusal came back (its capacity: 2) fail, no others.
+    assert 1 <= len(failed) <= 2 and all(r.engine is second_engine for r in failed)
+    with pytest.raises(ExecutionError, match="device lost"):
+        failed[0].unwrap()
+    for r in got:
+        if r.ok:
+            assert r.engine is engine
+            np.testing.assert_allclose(r.outputs[5], reference(request(r.index)), rtol=1e-5, atol=1e-5)
+    stats = pool.statistics().engines
+    assert stats[1].failure == "ExecutionError: device lost" and stats[1].failed == len(failed)
+    assert stats[0].finished == n - len(failed) and all(s.running == 0 for s in stats)
+    first = pool.runners[0].statistics()
+    assert first.runs_finished == n - len(failed) and first.buffers_allocated == 0 and first.request_buffer_sets >= 1
+
+
 async def test_a_request_error_fails_that_request_only(engine, second_engine):
     """A handler's own exception (not an engine failure) fails its request; both engines stay."""
     def picky(a):

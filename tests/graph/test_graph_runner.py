@@ -364,7 +364,7 @@ async def test_buffers_are_released_after_their_last_consumer_and_never_earlier(
 
 
 @pytest.mark.parametrize("flags", [StreamFlags.in_order, StreamFlags.out_of_order])
-async def test_recorded_requests_reuse_one_buffer_set_until_requests_overlap(engine, gate, flags):
+async def test_recorded_requests_reuse_one_buffer_set_until_requests_overlap(engine, gate, flags, copies):
     # Unwatched streams: a request is one command into buffers the runner keeps. Requests one
     # after another share one set; a request submitted while another holds a set gets a new one
     # (out of order) or the same one (in order: the queue runs them one after the other).
@@ -391,7 +391,9 @@ async def test_recorded_requests_reuse_one_buffer_set_until_requests_overlap(eng
             for i in range(3):
                 nursery.start_soon(run, i)
             await trio.testing.wait_all_tasks_blocked()
-            sets = 1 if flags == StreamFlags.in_order else 3
+            # In order, the queue runs them one after the other, so one set serves all three,
+            # unless uploads are staged: their pinned arrays are written at submission.
+            sets = 1 if flags == StreamFlags.in_order and not engine.stages_copies else 3
             assert runner.statistics().request_buffer_sets == sets
             user_event.set_status(COMPLETE)
     for got, ref in zip(results, want):
@@ -413,7 +415,7 @@ def two_input_graph() -> Graph:
 
 
 @pytest.mark.parametrize("strategy", ["in_order", "lanes:3", "lanes:3:spread", "native"])
-async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy):
+async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy, copies):
     # Two uploads, kernels that may overlap, two read-backs, several requests in flight: the
     # recorded command on an in-order queue, on lanes (spread or not) and on one native
     # out-of-order queue. A Tensor given for both inputs (aliased buffers) goes the same way.
@@ -442,7 +444,46 @@ async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy)
     np.testing.assert_allclose(out[5], 2 * requests[0][0], rtol=1e-6)
 
 
-async def test_a_cancelled_recorded_request_keeps_its_set_until_the_command_ends(engine, gate):
+@pytest.fixture(params=["direct", "staged"])
+def copies(request, monkeypatch):
+    """Recorded requests copying straight from and into the caller's arrays (a device sharing
+    the host's memory, PoCL), or through pinned host arrays (a GPU): forced here either way."""
+    if request.param == "staged":
+        monkeypatch.setattr(triodnn.Engine, "stages_copies", property(lambda self: True))
+    return request.param
+
+
+async def test_recorded_requests_copy_inputs_as_submitted_and_outputs_as_taken(engine, copies):
+    # map over arrays the caller overwrites as soon as each is pulled: staged requests copied
+    # them at submission, direct ones got a copy from map; results taken late (sets held until
+    # then) are each their own request's.
+    runner = await compile_graph(branchy_graph(), engine, policy="debug")
+    stream = await engine.stream(StreamFlags.out_of_order)
+    buffer = np.zeros((4, 8), np.float32)
+    xs = [request_value(i) for i in range(10)]
+
+    def reused():
+        for x in xs:
+            buffer[...] = x
+            yield {0: buffer}
+            buffer[...] = np.nan       # the next pull overwrites it; a request reading it late fails
+
+    async with runner.map(reused(), stream=stream, max_in_flight=4) as results:
+        outs = []
+        async for out in results:
+            outs.append(out)
+            await trio.testing.wait_all_tasks_blocked()   # the requests behind it run meanwhile
+    for x, out in zip(xs, outs, strict=True):
+        np.testing.assert_allclose(out[4], np.tanh(np.maximum(x, 0)) + np.abs(x), rtol=1e-6)
+        np.testing.assert_allclose(out[5], 1 / (1 + np.exp(-np.abs(x))), rtol=1e-6)
+    stats = runner.statistics()
+    assert stats.runs_finished == 10 and stats.buffers_allocated == 0
+    assert 1 <= stats.request_buffer_sets <= 4
+    runner.release_request_buffers()
+    assert runner.statistics().request_buffers == 0
+
+
+async def test_a_cancelled_recorded_request_keeps_its_set_until_the_command_ends(engine, gate, copies):
     # OpenCL cannot recall the command: the set it runs on is not handed to the next request
     # before it ends, and the result it would have had is dropped.
     runner = await compile_graph(branchy_graph(), engine, policy="debug")
