@@ -70,7 +70,8 @@ class KernelSequence:
     """Run ``plan``'s kernels in order, step ``i`` on ``buffers[i]``: one command for all of them.
 
     ``after[i]`` names the earlier steps step ``i`` waits for (on an out-of-order stream; an
-    in-order one runs them in order anyway); steps waiting for none wait for ``deps``. The
+    in-order one runs them in order anyway); steps waiting for none wait for ``deps``. An empty
+    ``after`` runs every step after the one before (in line: one lane). The
     submission completes with the last step, or with every step no other step waits for.
 
     ``uploads`` and ``downloads`` make it a whole request (a graph runner's recorded request):

@@ -36,7 +36,7 @@ class LaunchPlan:
     of the arguments step ``i``'s kernel holds now: the stream actor sets arguments only when a
     run's key is another object."""
 
-    __slots__ = ("steps", "bound")
+    __slots__ = ("steps", "bound", "overlaps")
 
     def __init__(self, launches: Sequence[BuiltKernel], labels: Sequence[str], overlaps: Sequence[bool]) -> None:
         # A kernel object of its own per step: the built kernel is shared by every use of the
@@ -47,3 +47,4 @@ class LaunchPlan:
             for launch, label, overlap in zip(launches, labels, overlaps, strict=True)
         )
         self.bound: list[tuple | None] = [None] * len(self.steps)
+        self.overlaps = any(step.overlaps for step in self.steps)  # a lane of its own, in line

@@ -318,29 +318,41 @@ class StreamActor:
         plan, buffers, keys, bound = command.plan, command.buffers, command.keys, command.plan.bound
         uploads, downloads = command.uploads, command.downloads
         enqueue = cl.enqueue_nd_range_kernel
-        if not self._lanes and self.mode == "in_order":
-            queue, wait = self.queues[0], wait_for or None
+        if not command.after or (not self._lanes and self.mode == "in_order"):
+            # In line: an in-order stream, or a sequence whose every step waits for the one
+            # before (``after`` empty). On lanes it takes one lane, in turn where a step may
+            # overlap (requests in flight together then overlap on the device); on one native
+            # out-of-order queue each command waits for the one before. Measured on an H200
+            # (bench_request_stages, the MLP request, out-of-order ÷ in-order stream in one run):
+            # 1.15x with the steps placed one by one across lanes, 1.04x in line.
+            lane, native = 0, self.mode == "native"
+            first = list(wait_for)
+            if self._lanes:
+                lane = self._choose_lane(first, plan.overlaps or self._spread)
+            queue = self.queues[lane]
+            wait = first or None
             cl_event = None
             copies = []
             for buffer, host in uploads:
                 cl_event = self._copy(queue, buffer, host, True, wait)
                 copies.append((cl_event, host))
-                wait = None
+                wait = [cl_event] if native else None
             for i, step in enumerate(plan.steps):
                 if bound[i] is not keys[i]:
                     step.kernel.set_args(*buffers[i])
                     bound[i] = keys[i]
                 cl_event = enqueue(queue, step.kernel, step.global_size, step.local_size, wait_for=wait)
-                wait = None
+                wait = [cl_event] if native else None
             for buffer, host in downloads:
-                cl_event = self._copy(queue, buffer, host, False, None)
+                cl_event = self._copy(queue, buffer, host, False, wait)
                 copies.append((cl_event, host))
+                wait = [cl_event] if native else None
             assert cl_event is not None, "a plan has steps"
             if copies:
                 # One entry for all: each copy completes before the last command does.
                 self._keep_copy(cl_event, copies)
-            self._placed(0, cl_event)
-            return 0, cl_event
+            self._placed(lane, cl_event)
+            return lane, cl_event
         # Out of order: each step waits for the steps it reads from or overwrites.
         roots = wait_for
         copies = []

@@ -39,7 +39,7 @@ from .._stream import Stream, check_deps
 from .._values._dtypes import PACKED_TYPES
 from .._values._memory_desc import MemoryDesc
 from ..actors import LaunchPlan
-from ._replay import allocate_temporaries, step_waits
+from ._replay import allocate_temporaries, in_line, step_waits
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -240,7 +240,7 @@ class RequestRecording:
             # Buffers by the first table position holding them: inputs may alias each other.
             first: dict[int, int] = {}
             key = tuple(first.setdefault(b.int_ptr, p) for p, b in enumerate(table))
-            chosen.after = step_waits(self._arg_table, self._written, key)
+            chosen.after = in_line(step_waits(self._arg_table, self._written, key))
             chosen.uses = tuple({b.int_ptr: b for b in table}.values())
             chosen.input_key = input_key
         if staged:

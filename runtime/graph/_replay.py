@@ -170,8 +170,16 @@ class Replay:
         """``step_waits`` for a run whose buffers ``key`` names, kept per such key."""
         after = self._after.get(key)
         if after is None:
-            after = self._after[key] = step_waits(self.arg_positions, self.written, key)
+            after = self._after[key] = in_line(step_waits(self.arg_positions, self.written, key))
         return after
+
+
+def in_line(after: tuple) -> tuple:
+    """``after`` as a ``KernelSequence`` takes it: empty when every step waits for the one
+    before (the stream actor then enqueues the steps in line, on one lane), else as it is."""
+    if all(i - 1 in waits for i, waits in enumerate(after) if i):
+        return ()
+    return after
 
 
 def step_waits(arg_positions, written, key: tuple) -> tuple:
