@@ -414,8 +414,20 @@ def two_input_graph() -> Graph:
     return g
 
 
+def chain_graph() -> Graph:
+    """a, b -> Add -> ReLU -> Multiply(·, b) -> out 4: 3 partitions with debug, each step
+    waiting for the one before (a request goes in line: one lane, or chained waits)."""
+    g = Graph("cpu")
+    s = [4, 8]
+    g.add_op(Op(0, "Add", [f32(0, s), f32(1, s)], [f32(2, s)]))
+    g.add_op(Op(1, "ReLU", [f32(2, s)], [f32(3, s)]))
+    g.add_op(Op(2, "Multiply", [f32(3, s), f32(1, s)], [f32(4, s)]))
+    return g
+
+
 @pytest.mark.parametrize("strategy", ["in_order", "lanes:3", "lanes:3:spread", "native"])
-async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy, copies):
+@pytest.mark.parametrize("shape", ["branches", "chain"])
+async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy, copies, shape):
     # Two uploads, kernels that may overlap, two read-backs, several requests in flight: the
     # recorded command on an in-order queue, on lanes (spread or not) and on one native
     # out-of-order queue. A Tensor given for both inputs (aliased buffers) goes the same way.
@@ -424,24 +436,30 @@ async def test_recorded_requests_on_every_stream_kind(rt, monkeypatch, strategy,
     engine = await rt.engine()
     flags = StreamFlags.in_order if strategy == "in_order" else StreamFlags.out_of_order
     stream = await engine.stream(flags)
-    runner = await compile_graph(two_input_graph(), engine, policy="debug")
+    graph = two_input_graph() if shape == "branches" else chain_graph()
+    runner = await compile_graph(graph, engine, policy="debug")
     assert len(runner.compiled_partitions) == 3
+
+    def want(a, b):
+        if shape == "branches":
+            return {4: np.maximum(a, 0) * b, 5: a + b}
+        return {4: np.maximum(a + b, 0) * b}
+
     rng = np.random.default_rng(5)
     requests = [{0: rng.standard_normal((4, 8), dtype=np.float32), 1: rng.standard_normal((4, 8), dtype=np.float32)}
                 for _ in range(12)]
     async with runner.map(requests, stream=stream, max_in_flight=4) as results:
         outs = [out async for out in results]
     for request, out in zip(requests, outs, strict=True):
-        a, b = request[0], request[1]
-        np.testing.assert_allclose(out[4], np.maximum(a, 0) * b, rtol=1e-6)
-        np.testing.assert_allclose(out[5], a + b, rtol=1e-6)
+        for k, ref in want(request[0], request[1]).items():
+            np.testing.assert_allclose(out[k], ref, rtol=1e-6)
     stats = runner.statistics()
     assert stats.runs_finished == 12 and stats.uploads == 24 and stats.buffers_allocated == 0
     assert 1 <= stats.request_buffer_sets <= 4
     both = await Tensor.from_numpy(runner.inputs[0], engine, requests[0][0])
     out = await runner.run(stream, {0: both, 1: both})
-    np.testing.assert_allclose(out[4], np.maximum(requests[0][0], 0) * requests[0][0], rtol=1e-6)
-    np.testing.assert_allclose(out[5], 2 * requests[0][0], rtol=1e-6)
+    for k, ref in want(requests[0][0], requests[0][0]).items():
+        np.testing.assert_allclose(out[k], ref, rtol=1e-6)
 
 
 @pytest.fixture(params=["direct", "staged"])
