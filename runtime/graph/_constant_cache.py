@@ -347,7 +347,10 @@ def acquire(engine: Engine, stream: Stream, desc: MemoryDesc, array: np.ndarray,
             cache.uncached += 1
             _state.totals["uncached"] += 1
             return None
-        key = (id(root), array.__array_interface__["data"][0], array.strides, array.dtype.str, desc)
+        # Where the array starts in its root's memory: 0 for the root itself, found without
+        # ``__array_interface__`` (3.8 µs a call, timeit, this 2-core VM), the common case.
+        offset = 0 if array is root else _address(array) - _address(root)
+        key = (id(root), offset, array.strides, array.dtype.str, desc)
         entry = cache.entries.get(key)
         if entry is not None:
             if entry.ref() is root and not entry.upload_failed():
@@ -401,6 +404,10 @@ def settle(entries: list[Entry]) -> None:
 
 
 # -- internals (under the lock) ---------------------------------------------------------------------
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
 
 
 def _cache_of(engine: Engine) -> _EngineCache:
