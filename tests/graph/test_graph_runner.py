@@ -311,8 +311,11 @@ async def test_handler_errors_come_out_named_and_free_every_buffer(engine):
 async def test_inputs_are_checked_by_id_and_shape(engine):
     runner = await compile_graph(wildcard_graph(), engine, policy="debug", handlers={"Wildcard": lambda a: (a, a)})
     stream = await engine.stream(StreamFlags.out_of_order)
-    with pytest.raises(MissingArgumentError, match=r"lack graph input ids \[0\]"):
+    with pytest.raises(MissingArgumentError, match=r"lack graph input ids \[0\]: they give \[\]"):
         await runner.run(stream, {})
+    # Keys given as strings (read from JSON, say): the message says what the keys should be.
+    with pytest.raises(MissingArgumentError, match=r"they give \['0'\] .*ints: int\(key\)"):
+        await runner.run(stream, {"0": np.zeros((4, 8), np.float32)})
     with pytest.raises(InvalidArgumentError, match=r"not graph inputs"):
         await runner.run(stream, {0: np.zeros((4, 8)), 7: np.zeros(1)})
     with pytest.raises(ArgumentMismatchError, match=r"inputs\[0\] has shape \(8, 4\)"):
