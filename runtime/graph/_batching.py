@@ -33,6 +33,7 @@ from .._values._errors import (
     UnsupportedError,
 )
 from ._compile_graph import compile_graph
+from ._engine_pool import EnginePool
 from ._execution import GraphRunner, check_stream
 
 __all__ = ["BatcherStatistics", "DynamicBatcher"]
@@ -108,6 +109,13 @@ class DynamicBatcher:
     tensor); an op that mixes rows without changing shapes (a softmax or a BatchNorm over dim
     0) cannot be seen from shapes, and such a graph must not be batched.
 
+    An ``EnginePool`` (``compile_graph_pool``) may stand for the runner, with no stream: every
+    batch size is compiled on each of its engines, and each batch runs on the engine with the
+    most room (``EnginePool.run``), at most the engines' capacities in all at once by default.
+    Batching divides the host's work per request (bench_pipeline on an H200: 34.9 µs a request
+    in batches of 8, 105 µs one at a time), and that work is what binds a pool fed from one
+    process (BENCHMARKS.md §17); a batching pool's own figures are not measured yet.
+
     Errors stay per request where they can: a request with missing ids, other shapes or
     unconvertible data raises at its own ``run`` call, before it is queued. A run that fails
     fails the requests it served, each with its own exception of the same type. A caller that
@@ -116,14 +124,26 @@ class DynamicBatcher:
     then closes; ``run`` afterwards raises ``ClosedError``.
     """
 
-    def __init__(self, runner: GraphRunner, stream: Stream, *, max_batch: int = 8, max_delay: float = 0.0,
-                 max_in_flight: int = 2) -> None:
+    def __init__(self, runner: GraphRunner | EnginePool, stream: Stream | None = None, *, max_batch: int = 8,
+                 max_delay: float = 0.0, max_in_flight: int | None = None) -> None:
+        pool = runner if isinstance(runner, EnginePool) else None
+        if pool is not None:
+            if stream is not None:
+                raise InvalidArgumentError("an EnginePool brings a stream per engine; give no stream")
+            runner = pool.runners[0]
+            if not all(isinstance(r, GraphRunner) for r in pool.runners):
+                raise InvalidArgumentError("every runner of the pool must be a GraphRunner compiled for one request")
         if not isinstance(runner, GraphRunner):
             raise InvalidArgumentError(
                 f"runner is {type(runner).__name__}; expected a GraphRunner compiled for one request's "
-                "shapes (for a graph with unknown dims: compile_graph(graph, engine, inputs=...))"
+                "shapes (for a graph with unknown dims: compile_graph(graph, engine, inputs=...)) or an "
+                "EnginePool of them"
             )
-        check_stream(stream, runner.engine)
+        if pool is None:
+            check_stream(stream, runner.engine)
+        if max_in_flight is None:
+            # Two runs in flight keep one device busy; a pool, each engine's capacity.
+            max_in_flight = 2 if pool is None else sum(e.capacity for e in pool.statistics().engines)
         for name, value in (("max_batch", max_batch), ("max_in_flight", max_in_flight)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
@@ -131,6 +151,9 @@ class DynamicBatcher:
             raise InvalidArgumentError(f"max_delay must be a number of seconds >= 0, got {max_delay!r}")
         self.runner = runner
         self.stream = stream
+        self.pool = pool
+        # A pool's runners by batch size: the pool of the engines' runners compiled for n requests.
+        self._pools: dict[int, EnginePool] = {} if pool is None else {1: pool}
         self.max_batch = max_batch
         self.max_delay = float(max_delay)
         self.max_in_flight = max_in_flight
@@ -180,9 +203,16 @@ class DynamicBatcher:
             for lt in self._request_inputs:
                 rows, *rest = _shape(lt)
                 shaped[lt.id] = lt.evolve(shape=[rows * n, *rest])
-            batched = await compile_graph(runner.graph, runner.engine, policy=runner.policy,
-                                          handlers=runner.handlers, inputs=list(shaped.values()),
-                                          constants=runner.constants or None)
+            pool = self.pool
+            compiled = []
+            for one_runner in (pool.runners if pool is not None else (runner,)):
+                compiled.append(await compile_graph(one_runner.graph, one_runner.engine, policy=one_runner.policy,
+                                                    handlers=one_runner.handlers, inputs=list(shaped.values()),
+                                                    constants=one_runner.constants or None))
+            batched = compiled[0]
+            if pool is not None:
+                capacities = [e.capacity for e in pool.statistics().engines]
+                self._pools[n] = EnginePool(compiled, pool.streams, capacity=capacities)
             for one, many in zip(runner.outputs, batched.outputs):
                 if one.ndims < 1 or _shape(many) != (_shape(one)[0] * n, *_shape(one)[1:]):
                     raise UnsupportedError(
@@ -306,7 +336,11 @@ class DynamicBatcher:
                     rows, *rest = _shape(lt)
                     parts.append(np.zeros(((n - k) * rows, *rest), parts[0].dtype))
                 arrays[lt.id] = np.concatenate(parts) if n > 1 else parts[0]
-            outputs = await runner.run(self.stream, arrays)
+            if self.pool is not None:
+                outputs = await self._pools[n].run(arrays)  # on the engine with the most room
+            else:
+                assert self.stream is not None, "a batcher without a pool has a stream"
+                outputs = await runner.run(self.stream, arrays)
             for i, request in enumerate(batch):
                 request.result = {}
                 for one in self.runner.outputs:

@@ -17,8 +17,9 @@ from triodnn import (
     MissingArgumentError,
     StreamFlags,
     UnsupportedError,
+    ocl_interop,
 )
-from triodnn.graph import DynamicBatcher, Graph, LogicalTensor, Op, compile_graph
+from triodnn.graph import DynamicBatcher, Graph, LogicalTensor, Op, compile_graph, compile_graph_pool
 
 COMPLETE = cl.command_execution_status.COMPLETE
 
@@ -223,3 +224,29 @@ async def test_arguments_are_checked(engine, rng):
     batcher = DynamicBatcher(runner, stream)
     with pytest.raises(ClosedError):
         await batcher.run({0: np.zeros((ROWS, K), np.float32)})
+
+
+async def test_an_engine_pool_batches_on_its_engines(engine, rng):
+    # Two engines (the default device twice, in contexts of their own), capacity 1 each: up to
+    # two batches run at once, each on the engine with room; every caller gets its rows.
+    second = await ocl_interop.make_engine(engine.cl_device, cl.Context([engine.cl_device]))
+    w = rng.standard_normal((K, N), dtype=np.float32)
+    b = rng.standard_normal(N, dtype=np.float32)
+    pool = await compile_graph_pool(mlp_graph(), [engine, second], capacity=1, constants={1: w, 2: b})
+    xs = [rng.standard_normal((ROWS, K), dtype=np.float32) for _ in range(6)]
+    got: list = [None] * len(xs)
+    async with DynamicBatcher(pool, max_batch=4) as batcher:
+        assert batcher.max_in_flight == 2 and batcher.statistics().batch_sizes == (1, 2, 4)
+
+        async def request(i):
+            got[i] = await batcher.run({0: xs[i]})
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(xs)):
+                nursery.start_soon(request, i)
+    for x, out in zip(xs, got, strict=True):
+        np.testing.assert_allclose(out[5], np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    stats = batcher.statistics()
+    assert stats.requests == 6 and stats.failed == 0 and stats.batches < 6 and batcher.pool is pool
+    with pytest.raises(InvalidArgumentError, match="brings a stream per engine"):
+        DynamicBatcher(pool, await engine.stream())
