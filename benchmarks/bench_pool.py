@@ -16,10 +16,16 @@ engine, as a second card would be, but the same silicon.
     python benchmarks/bench_pool.py --engines gpu:0,gpu:1            # two GPUs
     python benchmarks/bench_pool.py --engines gpu:0,cpu:0            # a GPU and PoCL
     python benchmarks/bench_pool.py --engines cpu:0,cpu:0 --quick    # the code path, any machine
+
+With ``--batch B``, two more variants: the same N requests from 4 x B concurrent requesters
+through a ``DynamicBatcher`` (``max_batch=B``) over the first engine's pool and over the whole
+pool, the batchers opened (every batch size compiled) before timing; their results are checked
+the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import _common as common
@@ -29,7 +35,7 @@ import trio
 
 import triodnn
 from triodnn import ocl_interop
-from triodnn.graph import compile_graph_pool
+from triodnn.graph import DynamicBatcher, compile_graph_pool
 from triodnn.testing import make_inputs
 
 
@@ -41,6 +47,7 @@ def extra_args(parser) -> None:
     parser.add_argument("--case", action="append", choices=("mlp", "sdpa"), help="graph (repeatable; default both)")
     parser.add_argument("--mlp-batch", type=int, default=64, help="MLP rows per request (default 64)")
     parser.add_argument("--sdpa-seq", type=int, default=128, help="SDPA sequence length (default 128)")
+    parser.add_argument("--batch", type=int, default=0, help="also dynamic batching, max_batch B (default off)")
 
 
 # Inputs given once per engine (set_constants), as a serving process would: the MLP's weights
@@ -74,7 +81,7 @@ async def open_engines(runtime, specs: list[str]) -> list:
 async def run(args):
     n = args.requests or (20 if args.quick else 200)
     reps = args.reps or (2 if args.quick else 5)
-    results, rows = {}, []
+    results, rows, batched_rows = {}, [], []
     async with triodnn.open_runtime() as rt:
         engines = await open_engines(rt, [s.strip() for s in args.engines.split(",")])
         common.print_header("bench_pool: EnginePool.map over several engines vs the first alone", engines[0], args, [
@@ -94,7 +101,7 @@ async def run(args):
             def check(name: str, got: list) -> None:
                 assert len(got) == n, f"{name}: {len(got)} results of {n}"
                 for i, result in enumerate(got):
-                    outputs = result.unwrap()
+                    outputs = result if isinstance(result, dict) else result.unwrap()
                     for lt_id in out_ids:
                         problem = bench_graph.mismatch(graph, refs[i % len(refs)], lt_id, outputs[lt_id])
                         if problem:
@@ -112,18 +119,58 @@ async def run(args):
                     return elapsed
                 return sample
 
-            await variant("one")()  # warm both (first launches), then time
-            await variant("pool")()
-            samples = await common.interleaved({"one": variant("one"), "pool": variant("pool")}, reps)
+            variants = {"one": variant("one"), "pool": variant("pool")}
+            async with contextlib.AsyncExitStack() as batchers:
+                if args.batch:
+                    for name in ("one", "pool"):
+                        batcher = await batchers.enter_async_context(
+                            DynamicBatcher(pools[name], max_batch=args.batch))
+                        variants[f"{name}, batched"] = batched(f"{name}, batched", batcher, n, sets, check)
+                for fn in variants.values():  # warm every variant (first launches), then time
+                    await fn()
+                samples = await common.interleaved(variants, reps)
             t_one, t_pool = common.median(samples["one"]), common.median(samples["pool"])
+            if args.batch:
+                t_b1, t_bp = common.median(samples["one, batched"]), common.median(samples["pool, batched"])
+                batched_rows.append([label_of(case, args), n / t_b1, n / t_bp, t_b1 / t_bp, n / t_one])
+                results[f"{case}_batched"] = {"one_req_per_s": n / t_b1, "pool_req_per_s": n / t_bp,
+                                              "speedup": t_b1 / t_bp}
             share = [s.routed for s in pools["pool"].statistics().engines]
-            label = f"mlp {args.mlp_batch}x1024 x3" if case == "mlp" else f"sdpa 1x8x{args.sdpa_seq}x64"
+            label = label_of(case, args)
             rows.append([label, n / t_one, n / t_pool, t_one / t_pool, "/".join(map(str, share))])
             results[case] = {"one_req_per_s": n / t_one, "pool_req_per_s": n / t_pool, "speedup": t_one / t_pool,
                              "routed": share}
         common.print_table(["graph", "first engine req/s", "pool req/s", "pool ÷ one", "requests per engine (pool)"],
                            rows)
+        if batched_rows:
+            common.print_table(["graph", "first engine, batched req/s", "pool, batched req/s", "pool ÷ one",
+                                "first engine unbatched req/s"], batched_rows,
+                               f"Dynamic batching (max_batch {args.batch}, {4 * args.batch} requesters)")
         return results, engines[0]
+
+
+def label_of(case: str, args) -> str:
+    return f"mlp {args.mlp_batch}x1024 x3" if case == "mlp" else f"sdpa 1x8x{args.sdpa_seq}x64"
+
+
+def batched(name: str, batcher, n: int, sets: list, check):
+    """A sample: N requests from 4 x max_batch requesters through ``batcher``; wall time."""
+    async def sample():
+        got: list = [None] * n
+        order = iter(range(n))
+
+        async def requester():
+            for i in order:
+                got[i] = await batcher.run(sets[i % len(sets)])
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(4 * batcher.max_batch):
+                nursery.start_soon(requester)
+        elapsed = time.perf_counter() - t0
+        check(name, got)
+        return elapsed
+    return sample
 
 
 def main() -> None:
