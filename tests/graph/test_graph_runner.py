@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 from _shared import GRAPHS, require
+from conftest import in_another_trio_run
 
 import triodnn
 from triodnn import (
@@ -502,6 +503,22 @@ async def test_recorded_requests_copy_inputs_as_submitted_and_outputs_as_taken(e
     assert 1 <= stats.request_buffer_sets <= 4
     runner.release_request_buffers()
     assert runner.statistics().request_buffers == 0
+
+
+async def test_a_recorded_request_from_another_thread_is_refused_and_takes_nothing(engine):
+    # Refused before a buffer set is taken or made: the runner's sets and the engine's buffers
+    # are as they were, and the runner serves its own run afterwards.
+    runner = await compile_graph(branchy_graph(), engine, policy="debug")
+    stream = await engine.stream()
+    x = request_value(0)
+    before = (live(engine), stream.statistics().submitted)
+    how, error = in_another_trio_run(runner.run, stream, {0: x})   # its first request: no set yet
+    assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
+    assert "submitted to a stream of" in str(error)
+    assert runner.statistics().request_buffer_sets == 0
+    assert (live(engine), stream.statistics().submitted) == before
+    got = await runner.run(stream, {0: x})
+    np.testing.assert_allclose(got[4], np.tanh(np.maximum(x, 0)) + np.abs(x), rtol=1e-6)
 
 
 async def test_a_cancelled_recorded_request_keeps_its_set_until_the_command_ends(engine, gate, copies):
