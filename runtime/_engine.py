@@ -155,9 +155,12 @@ class Engine:
     def pinned_host_array(self, nbytes: int) -> np.ndarray:
         """``nbytes`` (uint8) of host memory this device copies to and from fastest, page-locked
         where the driver does that; freed with the array. ``OutOfMemoryError`` when refused."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 1:
+            raise InvalidArgumentError(f"nbytes must be a positive int, got {nbytes!r}")
         if self._actor.closed:
             raise ClosedError(f"engine {self} is closed (its runtime has shut down)")
-        return self._actor.allocator.pinned_host_array(nbytes)
+        self._runtime.check_thread(str(self), "asked for a pinned host array")
+        return self._actor.allocator.pinned_host_array(int(nbytes))
 
     def keep_until_shutdown(self, owner) -> None:
         """Have the runtime call ``owner.release_scratch()`` at shutdown, once every queue has

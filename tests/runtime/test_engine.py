@@ -326,3 +326,31 @@ async def test_engine_calls_from_another_trio_run_are_refused_and_the_runtime_li
     src, dst = await engine.from_numpy(x), engine.memory(MemoryDesc((8,)))
     await stream.execute(tanh, {"src": src, "dst": dst})
     np.testing.assert_allclose(await dst.to_numpy(), np.tanh(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("nbytes", [0, -4, 2.5, "64", True])
+async def test_pinned_host_array_takes_a_positive_byte_count(engine, nbytes):
+    with pytest.raises(InvalidArgumentError, match="nbytes must be a positive int"):
+        engine.pinned_host_array(nbytes)
+
+
+async def test_pinned_host_array_round_trips_through_a_stream(engine):
+    # Host memory the device copies fastest (page-locked where the driver does that), used as
+    # the host side of a write and a read; not counted with the device's buffers.
+    desc = MemoryDesc((64,))
+    before = engine.statistics().live_buffers
+    host = engine.pinned_host_array(desc.nbytes).view(np.float32)
+    assert host.shape == (64,) and engine.statistics().live_buffers == before
+    host[...] = np.arange(64, dtype=np.float32)
+    stream = await engine.stream()
+    memory = engine.memory(desc)
+    await stream.write(memory, host)
+    back = engine.pinned_host_array(desc.nbytes).view(np.float32)
+    await stream.read(memory, back)
+    np.testing.assert_array_equal(back, np.arange(64, dtype=np.float32))
+    how, error = in_another_trio_run(_async, engine.pinned_host_array, 64)
+    assert how == "raised" and isinstance(error, triodnn.WrongThreadError), (how, error)
+
+
+async def _async(fn, *args):
+    return fn(*args)
