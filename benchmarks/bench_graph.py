@@ -12,6 +12,10 @@ is wall time over N queued runs (N runs submitted back to back, awaited once; pe
 N), torch eager on CUDA likewise (N calls, ``torch.cuda.synchronize()`` once). Variants take
 turns within each repetition (rotating order); medians of the repetitions.
 
+On a CUDA GPU with torch, a third table: MLP and SDPA one run at a time (each submitted and
+awaited before the next, tensors on the device) against torch eager, torch eager captured in a
+CUDA graph, and torch's fused SDPA in a CUDA graph, timed alike (wall time, torch synchronized).
+
 Checks: every graph output of both policies against a numpy reference of the graph computed op
 by op (``triodnn.testing.reference``, within ``triodnn.testing.tolerance`` of the ops upstream of
 the output, as ``triodnn graph`` checks), before timing and again after it (the outputs are
@@ -273,9 +277,10 @@ def torch_steps(name, arrays) -> dict:
         s = (t[0] @ t[1].transpose(-1, -2)) * t[3] + t[4]
         return torch.softmax(s, -1) @ t[2]
 
+    scale = float(t[3])  # read once: a CUDA graph cannot capture a copy to the host
+
     def fused():
-        return torch.nn.functional.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[4],
-                                                                scale=float(t[3]))
+        return torch.nn.functional.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[4], scale=scale)
 
     return {"torch eager": eager, "torch fused SDPA": fused}
 
@@ -335,7 +340,93 @@ async def run(args):
                            f"fused vs op by op: wall time of one run awaited, median of {reps} interleaved runs")
         if args.throughput:
             await throughput(args, engine, stream, cases[:2], 3 if args.quick else 5, results)
+        if torch is not None and torch.cuda.is_available():
+            await latency(engine, stream, cases[:2], reps, results)
         return results, engine
+
+
+async def latency(engine, stream, cases, reps, results) -> None:
+    """One run submitted and awaited at a time (wall time), every tensor on the device: the fused
+    graph (its compiled partitions executed, the last event awaited) against torch eager (the
+    call, then ``torch.cuda.synchronize()``), the same captured in a CUDA graph (``replay()``,
+    then synchronize) and, for SDPA, torch's fused SDPA in a CUDA graph. Variants interleaved;
+    every result checked against the numpy reference before timing and after it."""
+    rows = []
+    for name, build in cases:
+        graph = build()
+        arrays = make_inputs(graph, seed=1)
+        ref = graph_reference(graph, arrays)
+        runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
+        (out_id,) = out_ids
+        await run_once(stream, runs)
+        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
+        await poison_outputs(tensors, out_ids)
+
+        async def ours(runs=runs):
+            t0 = time.perf_counter()
+            await run_once(stream, runs)
+            return time.perf_counter() - t0
+
+        variants: dict = {"fused": ours}
+        peers: dict = {}
+        for peer, fn in torch_steps(name, arrays).items():
+            for label, call in ((peer, fn), (f"{peer}, CUDA graph", captured(fn))):
+                problem = mismatch(graph, ref, out_id, call().cpu().numpy())
+                if problem is None:
+                    peers[label] = TorchOneAtATime(call)
+                    variants[label] = peers[label].sample
+                else:
+                    print(f"   {name}, {label}: left out, its result is off: {problem}")
+        samples = await common.interleaved(variants, reps)
+        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused, timed runs")
+        t = {k: common.median(v) for k, v in samples.items()}
+        for label, timed in peers.items():
+            problem = mismatch(graph, ref, out_id, timed.last.cpu().numpy())
+            if problem is not None:
+                print(f"   {name}, {label}: left out, its timed result is off: {problem}")
+                t[label] = float("nan")
+        nan = float("nan")
+        best_graph = min(t.get("torch eager, CUDA graph", nan), t.get("torch fused SDPA, CUDA graph", nan))
+        rows.append([name, t["fused"] * 1e6, t.get("torch eager", nan) * 1e6, t.get("torch eager, CUDA graph", nan) * 1e6,
+                     t.get("torch fused SDPA, CUDA graph", nan) * 1e6, t["fused"] / best_graph])
+        results.setdefault(name, {})["one_at_a_time_us"] = {k: v * 1e6 for k, v in t.items()}
+    common.print_table(["graph", "fused µs", "torch eager µs", "torch eager, CUDA graph µs",
+                        "torch fused SDPA, CUDA graph µs", "fused ÷ best CUDA graph"], rows,
+                       f"one run at a time: wall time of one run submitted and awaited (torch: synchronized), "
+                       f"tensors on the device, median of {reps} interleaved runs")
+
+
+def captured(fn):
+    """``fn`` captured in a CUDA graph (after warm-up calls on a side stream, as torch asks): a
+    function that replays it and returns its output tensor."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+    return replay
+
+
+class TorchOneAtATime:
+    """A sample: one torch call on CUDA, synchronized; seconds (wall time)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.last = fn, None
+
+    def sample(self) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        self.last = self.fn()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
 
 def main() -> None:
