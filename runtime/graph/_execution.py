@@ -311,11 +311,12 @@ class GraphRunner:
     def _execution(self, stream, inputs, deps, outputs, as_tensors, *, copy_inputs) -> Execution:
         self._check_stream(stream)
         deps = list(check_deps(deps))
-        if copy_inputs and not outputs and self._copies_inputs_at_submission(stream, as_tensors):
+        recording = None if outputs else self._recording_for(stream, as_tensors)
+        if copy_inputs and recording is not None and recording.staged:
             copy_inputs = False  # the submission copies them anyway, into pinned memory
         values = self._bind_inputs(inputs, copy_inputs)
         given_outputs = self._bind_outputs(outputs, values)
-        return Execution(self, stream, values, deps, given_outputs, as_tensors)
+        return Execution(self, stream, values, deps, given_outputs, as_tensors, recording)
 
     def _tensor_outputs(self, as_tensors) -> frozenset[int]:
         """The output ids ``as_tensors`` hands over as Tensors: all (True), none (False), or
@@ -485,13 +486,13 @@ class GraphRunner:
             self._recorded = recordable
         return recordable
 
-    def _copies_inputs_at_submission(self, stream: Stream, as_tensors) -> bool:
-        """Whether a request on ``stream`` goes as a recorded command that copies its input
-        arrays into pinned host memory as it is submitted (``RequestRecording.staged``)."""
+    def _recording_for(self, stream: Stream, as_tensors) -> RequestRecording | None:
+        """The recorded command a request on ``stream`` (with no outputs given) goes as, or None:
+        outputs handed over as Tensors, a stream instruments watch, a run that is no straight
+        line (``_recordable``) or buffers too large to keep take the other paths."""
         if as_tensors or stream.watched or not self._recordable():
-            return False
-        recording = self._request_recording()
-        return recording is not None and recording.staged
+            return None
+        return self._request_recording()
 
     def _request_recording(self) -> RequestRecording | None:
         """The recorded form of a request (``_recordable`` runners only), made at first use;
@@ -638,8 +639,10 @@ class Execution:
     """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
 
     def __init__(self, runner: GraphRunner, stream: Stream, values: dict, deps: list,
-                 given_outputs: dict[int, Tensor], as_tensors: frozenset[int]) -> None:
+                 given_outputs: dict[int, Tensor], as_tensors: frozenset[int],
+                 recording: RequestRecording | None) -> None:
         self._runner = runner
+        self._recording = recording  # the recorded command it goes as (GraphRunner._recording_for)
         self._stream = stream
         self._values = values
         self._deps = deps
@@ -656,10 +659,9 @@ class Execution:
 
     async def run(self) -> dict:
         runner = self._runner
+        if self._recording is not None:
+            return await self._run_request(self._recording)
         if not self._given_outputs and not self._as_tensors and runner._recordable():
-            recording = None if self._stream.watched else runner._request_recording()
-            if recording is not None:
-                return await self._run_request(recording)
             return await self._run_recorded()
         runner._count("runs_started")
         try:
@@ -704,14 +706,10 @@ class Execution:
         """Submit the request now if it goes as one recorded command (``run``'s fast path), for
         a caller that awaits ``result()`` later without a task of its own (``map``); None when
         it takes another path (``run`` it then). Raises what submitting raises."""
-        runner = self._runner
-        if self._given_outputs or self._as_tensors or not runner._recordable() or self._stream.watched:
+        if self._recording is None:
             return None
-        recording = runner._request_recording()
-        if recording is None:
-            return None
-        runner._count("runs_started")
-        return self._submit_request(recording)
+        self._runner._count("runs_started")
+        return self._submit_request(self._recording)
 
     def _submit_request(self, recording: RequestRecording) -> SubmittedRequest:
         runner = self._runner
