@@ -84,6 +84,13 @@ class _Slot:
     # A request submitted without a task: the consumer awaits its result itself.
     submitted: _Submitted | None = None
 
+    @classmethod
+    def ended(cls, error: BaseException | None = None) -> _Slot:
+        """The slot that ends the pipeline: the inputs' end, or ``error`` in its place."""
+        slot = cls(error=error, end=error is None)
+        slot.done.set()
+        return slot
+
     def discard(self) -> None:
         """Free the Tensors of a result nobody will take (an outputs dict, or a result object
         holding one as ``outputs``: an engine pool's ``PoolResult``), or give up a submitted
@@ -232,33 +239,40 @@ class Pipeline:
 
     def _top_up(self) -> None:
         """Sync mode: pull and start requests until ``max_in_flight`` are in flight (or the
-        inputs end, or one fails to start: its error takes its place in the order). A request
-        recorded as one command is submitted here; others get a task."""
+        inputs end, or one fails to start: its error takes its place in the order)."""
         queue = self._queue
         while not self._exhausted and self._started - self._delivered < self._max_in_flight:
-            slot = _Slot()
             try:
                 item = next(self._iterator)
-                request = self._start(item)
-                submit = getattr(request, "submit", None)
-                submitted = submit() if submit is not None else None
             except StopIteration:
-                slot.end = True
+                slot = _Slot.ended()
             except Exception as exc:
-                slot.error = exc
+                slot = _Slot.ended(exc)
+            else:
+                slot = self._begin(item, self._requests)
+            queue.append(slot)
             if slot.end or slot.error is not None:
                 self._exhausted = True
-                slot.done.set()
-                queue.append(slot)
                 return
-            self._started += 1
-            self._peak = max(self._peak, self._started - self._delivered)
-            queue.append(slot)
-            if submitted is not None:
-                slot.submitted = submitted
-                slot.done.set()
-            else:
-                self._requests.start_soon(self._request, slot, request)
+
+    def _begin(self, item, requests: trio.Nursery) -> _Slot:
+        """The slot of ``item``'s request, started: a request recorded as one command is
+        submitted now and its result awaited by the consumer (no task); others run in a task of
+        ``requests``. One that fails to start ends the pipeline with its error, in its place."""
+        try:
+            request = self._start(item)
+            submit = getattr(request, "submit", None)
+            submitted = submit() if submit is not None else None
+        except Exception as exc:
+            return _Slot.ended(exc)
+        self._started += 1
+        self._peak = max(self._peak, self._started - self._delivered)
+        slot = _Slot(submitted=submitted)
+        if submitted is None:
+            requests.start_soon(self._request, slot, request)
+        else:
+            slot.done.set()
+        return slot
 
     async def _feed(self) -> None:
         try:
@@ -277,58 +291,30 @@ class Pipeline:
             self._finished.set()
 
     async def _pull(self, requests: trio.Nursery) -> None:
-        inputs = self._inputs
-        agen = None
-        if isinstance(inputs, collections.abc.AsyncIterable):
-            agen = inputs.__aiter__()
-
-            async def pull():
-                return await agen.__anext__()
-        else:
-            it = iter(inputs)
-
-            async def pull():
-                try:
-                    return next(it)
-                except StopIteration:
-                    raise StopAsyncIteration from None
+        """Async mode: pull and start a request whenever a slot token is free."""
+        assert isinstance(self._inputs, collections.abc.AsyncIterable), "a plain iterable is pulled in sync mode"
+        agen = self._inputs.__aiter__()
         try:
             while True:
                 await self._tokens_recv.receive()
-                slot = _Slot()
                 try:
-                    item = await pull()
-                    request = self._start(item)
-                    # A recorded request is submitted here and awaited by the consumer: no task.
-                    submit = getattr(request, "submit", None)
-                    submitted = submit() if submit is not None else None
+                    item = await agen.__anext__()
                 except StopAsyncIteration:
-                    slot.end = True
-                    slot.done.set()
-                    self._send.send_nowait(slot)
+                    self._send.send_nowait(_Slot.ended())
                     return
                 except Exception as exc:
-                    slot.error = exc
-                    slot.done.set()
-                    self._send.send_nowait(slot)
+                    self._send.send_nowait(_Slot.ended(exc))
                     return
-                self._started += 1
-                self._peak = max(self._peak, self._started - self._delivered)
-                if submitted is not None:
-                    slot.submitted = submitted
-                    slot.done.set()
-                    self._send.send_nowait(slot)
-                    continue
+                slot = self._begin(item, requests)
                 self._send.send_nowait(slot)
-                requests.start_soon(self._request, slot, request)
+                if slot.error is not None:
+                    return
         finally:
             # The pipeline consumed the iterable: close a generator it came from, as
             # ``aclosing`` would, so its cleanup runs now rather than at garbage collection.
             with trio.CancelScope(shield=True):
-                if agen is not None and hasattr(agen, "aclose"):
+                if hasattr(agen, "aclose"):
                     await agen.aclose()
-                elif inspect.isgenerator(inputs):
-                    inputs.close()
 
     async def _request(self, slot: _Slot, request: _Request) -> None:
         try:
