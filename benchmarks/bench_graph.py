@@ -28,6 +28,7 @@ left out, never printed.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -219,22 +220,12 @@ async def throughput(args, engine, stream, cases, reps, results) -> None:
         variants = {"fused": ours}
         peers = {}
         if cuda:
-            (out_id,) = out_ids
-            for peer, fn in torch_steps(name, arrays).items():
-                problem = mismatch(graph, ref, out_id, fn().cpu().numpy())
-                if problem is None:
-                    peers[peer] = TorchQueued(fn, n)
-                    variants[peer] = peers[peer].sample
-                else:
-                    print(f"   {name}, {peer}: left out, its result is off: {problem}")
+            peers = checked_peers(graph, ref, name, torch_steps(name, arrays), lambda fn: TorchQueued(fn, n))
+            variants.update({peer: timed.sample for peer, timed in peers.items()})
         samples = await common.interleaved(variants, reps)
         await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused, {n} queued runs")
         t = {k: common.median(v) for k, v in samples.items()}
-        for peer, timed in peers.items():
-            problem = mismatch(graph, ref, out_ids[0], timed.last.cpu().numpy())
-            if problem is not None:
-                print(f"   {name}, {peer}: left out, its timed result is off: {problem}")
-                t[peer] = float("nan")
+        drop_off_peers(graph, ref, name, peers, t)
         nan = float("nan")
         eager, sdpa_fused = t.get("torch eager", nan), t.get("torch fused SDPA", nan)
         rows.append([name, t["fused"] * 1e6, eager * 1e6, eager / t["fused"], sdpa_fused * 1e6])
@@ -357,7 +348,6 @@ async def latency(engine, stream, cases, reps, results) -> None:
         arrays = make_inputs(graph, seed=1)
         ref = graph_reference(graph, arrays)
         runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
-        (out_id,) = out_ids
         await run_once(stream, runs)
         await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
         await poison_outputs(tensors, out_ids)
@@ -367,26 +357,18 @@ async def latency(engine, stream, cases, reps, results) -> None:
             await run_once(stream, runs)
             return time.perf_counter() - t0
 
-        variants: dict = {"fused": ours}
-        peers: dict = {}
+        calls = {}
         for peer, fn in torch_steps(name, arrays).items():
-            for label, call in ((peer, fn), (f"{peer}, CUDA graph", captured(fn))):
-                problem = mismatch(graph, ref, out_id, call().cpu().numpy())
-                if problem is None:
-                    peers[label] = TorchOneAtATime(call)
-                    variants[label] = peers[label].sample
-                else:
-                    print(f"   {name}, {label}: left out, its result is off: {problem}")
+            calls[peer], calls[f"{peer}, CUDA graph"] = fn, captured(fn)
+        peers = checked_peers(graph, ref, name, calls, TorchOneAtATime)
+        variants: dict = {"fused": ours, **{label: timed.sample for label, timed in peers.items()}}
         samples = await common.interleaved(variants, reps)
         await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused, timed runs")
         t = {k: common.median(v) for k, v in samples.items()}
-        for label, timed in peers.items():
-            problem = mismatch(graph, ref, out_id, timed.last.cpu().numpy())
-            if problem is not None:
-                print(f"   {name}, {label}: left out, its timed result is off: {problem}")
-                t[label] = float("nan")
+        drop_off_peers(graph, ref, name, peers, t)
         nan = float("nan")
-        best_graph = min(t.get("torch eager, CUDA graph", nan), t.get("torch fused SDPA, CUDA graph", nan))
+        # The faster CUDA graph whose result was right (a peer left out is NaN, which min skips).
+        best_graph = min((v for k, v in t.items() if k.endswith("CUDA graph") and not math.isnan(v)), default=nan)
         rows.append([name, t["fused"] * 1e6, t.get("torch eager", nan) * 1e6, t.get("torch eager, CUDA graph", nan) * 1e6,
                      t.get("torch fused SDPA, CUDA graph", nan) * 1e6, t["fused"] / best_graph])
         results.setdefault(name, {})["one_at_a_time_us"] = {k: v * 1e6 for k, v in t.items()}
@@ -394,6 +376,30 @@ async def latency(engine, stream, cases, reps, results) -> None:
                         "torch fused SDPA, CUDA graph µs", "fused ÷ best CUDA graph"], rows,
                        f"one run at a time: wall time of one run submitted and awaited (torch: synchronized), "
                        f"tensors on the device, median of {reps} interleaved runs")
+
+
+def checked_peers(graph, ref, name: str, calls: dict, timer) -> dict:
+    """``timer(call)`` (an object with ``sample`` and ``last``) for each torch call whose result
+    is right against the reference of the graph's one output; the others reported, left out."""
+    (out_id,) = [lt.id for lt in graph.output_tensors()]
+    peers = {}
+    for label, call in calls.items():
+        problem = mismatch(graph, ref, out_id, call().cpu().numpy())
+        if problem is None:
+            peers[label] = timer(call)
+        else:
+            print(f"   {name}, {label}: left out, its result is off: {problem}")
+    return peers
+
+
+def drop_off_peers(graph, ref, name: str, peers: dict, t: dict) -> None:
+    """A peer whose last timed result is off the reference: reported, its time NaN in ``t``."""
+    (out_id,) = [lt.id for lt in graph.output_tensors()]
+    for label, timed in peers.items():
+        problem = mismatch(graph, ref, out_id, timed.last.cpu().numpy())
+        if problem is not None:
+            print(f"   {name}, {label}: left out, its timed result is off: {problem}")
+            t[label] = float("nan")
 
 
 def captured(fn):
