@@ -128,6 +128,14 @@ class Stream:
         command by command, so that each shows."""
         return bool(INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or self._watchers)
 
+    def check_submitter(self, label: str) -> None:
+        """``WrongThreadError`` naming ``label`` unless the caller runs in this stream's trio run,
+        before anything is taken or enqueued for it. On that thread it is one identity test: the
+        message is built only for a culprit (an f-string per request cost more than the test)."""
+        actor = self._actor
+        if not actor.on_run_thread():
+            actor.check_thread(label, f"submitted to a stream of {self.engine}")
+
     def submit_sequence(self, label: str, plan: LaunchPlan, buffers: tuple, keys: tuple, after: tuple,
                         deps: tuple, uses: tuple, uploads: tuple = (), downloads: tuple = ()) -> Event:
         """Submit ``plan``'s kernels (``KernelSequence``) as one command named ``label``, after
@@ -140,7 +148,7 @@ class Stream:
         if actor.closed:
             raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
-            actor.check_thread(label, f"submitted to a stream of {self.engine}")
+            self.check_submitter(label)
         submission = Submission(actor, label)
         actor.submit(KernelSequence(submission, deps, plan, buffers, keys, after, uploads, downloads))
         note_uses(uses, submission)
@@ -154,7 +162,7 @@ class Stream:
         if actor.closed:
             raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
-            actor.check_thread(label, f"submitted to a stream of {self.engine}")
+            self.check_submitter(label)
         return Submission(actor, label)
 
     def _hand_over(self, command: Command, started: int = 0) -> Event:
@@ -189,7 +197,7 @@ class Stream:
         if actor.closed:
             raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
-            actor.check_thread(primitive.label, f"submitted to a stream of {self.engine}")
+            self.check_submitter(primitive.label)
         submission = Submission(actor, primitive.label)
         command = KernelLaunch(submission, deps, primitive, buffers)
         if INSTRUMENTS.submit_hooks:

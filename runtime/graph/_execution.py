@@ -715,7 +715,7 @@ class Execution:
         runner = self._runner
         stream = self._stream
         # Before a buffer set is taken or a constant leased for a request that cannot be submitted.
-        stream.engine.check_thread(recording.label, f"submitted to a stream of {stream.engine}")
+        stream.check_submitter(recording.label)
         deps = list(self._deps)
         sources: list = []
         leases: list[_constant_cache.Entry] = []

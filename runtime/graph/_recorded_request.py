@@ -57,7 +57,7 @@ class _BufferSet:
     """One request's device buffers and kernel objects, and the last request that used them."""
 
     __slots__ = ("memories", "table", "inputs", "plan", "last", "number", "stream", "input_key", "args",
-                 "keys", "after", "uses", "staged_in", "staged_out", "held")
+                 "keys", "after", "uses", "staged_in", "staged_out", "downloads", "held")
 
     def __init__(self, memories: list[Memory], table: list, inputs: list, plan: LaunchPlan) -> None:
         self.memories = memories     # every buffer the set owns
@@ -74,8 +74,9 @@ class _BufferSet:
         self.uses: tuple = ()
         # Pinned host arrays the uploads copy from and the read-backs land in (``staged``
         # recordings), per input (made at first upload) and per output.
-        self.staged_in: list = [None] * len(inputs)
+        self.staged_in: list = [None] * len(inputs)  # as flat bytes
         self.staged_out: list = []
+        self.downloads: tuple = ()   # staged: the (buffer, flat bytes of staged_out) pairs, fixed per set
         self.held = False  # staged outputs not copied out yet: the set is not free
 
     def free_for(self, stream: Stream, staged: bool) -> bool:
@@ -126,6 +127,7 @@ class RequestRecording:
         # The table: graph inputs, step outputs, every partition's scratch, hidden constants.
         index: dict[int, int] = {lt.id: k for k, lt in enumerate(inputs)}
         self._input_descs = tuple(desc_of(lt) for lt in inputs)
+        self._input_dtypes = tuple(d.numpy_dtype for d in self._input_descs)
         # Inputs whose memory holds a C-contiguous array's bytes as they are (no layout, no packing).
         self._plain = tuple(_reads_directly(d) and d.dtype not in PACKED_TYPES for d in self._input_descs)
         owned: list[MemoryDesc] = []
@@ -212,20 +214,19 @@ class RequestRecording:
         uploads = []
         for k, source in enumerate(sources):
             if type(source) is np.ndarray:
-                memory = chosen.inputs[k]
-                desc = self._input_descs[k]
-                if memory is None:
-                    memory = chosen.inputs[k] = self._engine.memory(desc)
+                buffer = chosen.inputs[k]
+                if buffer is None:
+                    memory = self._engine.memory(self._input_descs[k])
                     chosen.memories.append(memory)
-                buffer = memory.cl_buffer
+                    buffer = chosen.inputs[k] = memory.cl_buffer
                 # Bound inputs come converted and shaped already (``_bind_inputs``): staging is
                 # a check then, 8 µs a request under cProfile on the H200, skipped when it holds.
-                if not self._plain[k] or source.dtype != desc.numpy_dtype or not source.flags.c_contiguous:
-                    source = stage(desc, source)
+                if not self._plain[k] or source.dtype != self._input_dtypes[k] or not source.flags.c_contiguous:
+                    source = stage(self._input_descs[k], source)
                 if staged:
                     pinned = chosen.staged_in[k]
                     if pinned is None:
-                        pinned = chosen.staged_in[k] = self._engine.pinned_host_array(source.nbytes)
+                        pinned = chosen.staged_in[k] = self._engine.pinned_host_array(source.nbytes).reshape(-1)
                     np.copyto(pinned, source.reshape(-1).view(np.uint8))
                     source = pinned
                 uploads.append((buffer, source))
@@ -243,10 +244,12 @@ class RequestRecording:
             chosen.after = in_line(step_waits(self._arg_table, self._written, key))
             chosen.uses = tuple({b.int_ptr: b for b in table}.values())
             chosen.input_key = input_key
+            if staged:
+                chosen.downloads = tuple((table[position], out.view(np.uint8).reshape(-1))
+                                         for (position, _), out in zip(self._outputs, chosen.staged_out))
         if staged:
             outs = chosen.staged_out
-            downloads = tuple((table[position], out.view(np.uint8).reshape(-1))
-                              for (position, _), out in zip(self._outputs, outs))
+            downloads = chosen.downloads
         else:
             outs = [np.empty(desc.dims, desc.numpy_dtype) for _, desc in self._outputs]
             downloads = tuple((table[position], out) for (position, _), out in zip(self._outputs, outs))
