@@ -118,7 +118,7 @@ async def run(args):
         recording = runner._request_recording()
         kept = recording._sets[0]
         plan_steps = [(step.kernel, step.global_size, step.local_size) for step in kept.plan.steps]
-        upload = kept.inputs[[lt.id for lt in runner.inputs].index(X)].cl_buffer
+        upload = kept.inputs[[lt.id for lt in runner.inputs].index(X)]  # the set's upload buffer
         download = kept.table[recording._outputs[0][0]]
         queue = cl.CommandQueue(engine.cl_context, engine.cl_device)
         y = np.empty((32, 64), np.float32)
