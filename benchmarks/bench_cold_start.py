@@ -1,5 +1,5 @@
 """bench_cold_start: where a new process's time to its first result goes, cold and from a cache
-blob (issue 20's breakdown behind bench_dask.py).
+blob (the breakdown behind bench_dask.py's cold and warm workers).
 
 Each sample is a fresh Python process with PoCL's kernel cache off (``POCL_KERNEL_CACHE=0``) that
 times, in order: ``import triodnn``; opening the runtime; opening the engine (cold: plainly,

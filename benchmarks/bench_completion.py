@@ -42,7 +42,7 @@ callback baseline, and a blocking ``event.wait()`` (clWaitForEvents) on the trio
 reference: each path's median minus the reference's is its completion latency. A user event set
 from the host does not show how soon a driver reports work the GPU finished; this does.
 
-Issue goal: triodnn p99 <= 1 ms, idle and busy.
+Goal: triodnn p99 <= 1 ms, idle and busy.
 """
 
 from __future__ import annotations

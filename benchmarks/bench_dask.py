@@ -1,5 +1,5 @@
 """bench_dask: a Dask worker warm-started from an engine cache blob against one that compiles
-cold (issue 20).
+cold.
 
 For each graph (bench_graph's MLP 64x1024 x3 and SDPA 1x8x128x64, fused): a fresh LocalCluster
 of one worker process per sample, the request's inputs scattered to it first; timing: wall time

@@ -14,8 +14,8 @@ engine, same primitive, same buffers:
 * forced        -- for reference, an out-of-order stream of a second engine (same device, its
                    own context, primitive and buffers) opened with ``TRIODNN_OOO_STRATEGY`` set to
                    ``lanes:N:spread`` (every independent kernel on the next lane, the placement
-                   before issue 16; ``lanes:8`` where the default is native); the variable is
-                   read when an engine opens;
+                   before the fast-dispatch work of BENCHMARKS.md §8; ``lanes:8`` where the default
+                   is native); the variable is read when an engine opens;
 * host wait    -- the in-order and out-of-order streams again, but the batch ends with a
                    blocking ``clWaitForEvents`` on a marker instead of ``await``: the device's
                    concurrency through triodnn's submission path, without its completion path;
@@ -38,7 +38,7 @@ On NVIDIA's OpenCL an event callback for GPU work arrives ~20 ms after the work 
 H200, see bench_completion's kernel section) and triodnn waits on callbacks when the trio thread
 is idle: there the ``await`` rows show that lag, and the host-wait rows show what the lanes give.
 
-Issue goals: >= 1.7x on PoCL (2 cores), >= 5x on an NVIDIA GPU.
+Goals: >= 1.7x on PoCL (2 cores), >= 5x on an NVIDIA GPU.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ async def run(args):
         title="references: triodnn streams waited with a blocking clWaitForEvents (no completion "
               "path); the same kernel through raw pyopencl queues",
     )
-    print(f"issue goal: >= 1.7x on PoCL, >= 5x on NVIDIA; engine strategy {default.kind}:{default.lanes}")
+    print(f"goal: >= 1.7x on PoCL, >= 5x on NVIDIA; engine strategy {default.kind}:{default.lanes}")
     calibration = next((e for e in results["cases"].values() if e["label"].startswith("calibration")), None)
     if calibration and engine.info.max_compute_units > 1:
         best = max(calibration["raw_ratios_over_raw_in_order"].values(), default=float("nan"))

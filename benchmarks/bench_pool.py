@@ -1,5 +1,5 @@
 """bench_pool: one request stream over several engines (``EnginePool.map``) against the first
-engine alone (issue 20).
+engine alone.
 
 For bench_graph's MLP (64x1024 x3; ``--mlp-batch`` rows) and SDPA (1x8x128x64; ``--sdpa-seq``),
 fused: N requests through a pool of the first engine alone, then through a pool of every engine

@@ -14,7 +14,7 @@ same context. Measured, per command:
 * roundtrip (extra) -- one command at a time, each awaited before the next.
 
 Variants run interleaved in each repetition (rotating order); the tables give medians over the
-repetitions and the ratio triodnn/raw of each repetition's times (median). Issue goal: triodnn
+repetitions and the ratio triodnn/raw of each repetition's times (median). Goal: triodnn
 <= 2x raw.
 """
 
@@ -220,7 +220,7 @@ async def run(args) -> dict:
     common.print_table(["caller side only: stream.execute()", "µs/call median"], rows)
     print(f"kernel output checked against numpy: {'OK' if correct else 'MISMATCH'}")
     goal = results["variants"]["triodnn in-order"]
-    print(f"issue goal triodnn <= 2x raw: submit {goal['submit']['ratio_vs_raw_median']:.2f}x, "
+    print(f"goal triodnn <= 2x raw: submit {goal['submit']['ratio_vs_raw_median']:.2f}x, "
           f"complete {goal['complete']['ratio_vs_raw_median']:.2f}x")
     return results, engine
 

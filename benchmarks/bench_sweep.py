@@ -1,4 +1,4 @@
-"""bench_sweep: kernel speed across shape families, triodnn beside the best peer on the same device (issue 17).
+"""bench_sweep: kernel speed across shape families, triodnn beside the best peer on the same device.
 
 One table per family, one row per shape: matmul (square, skinny, tall-skinny, batched small,
 with and without a post-op chain), convolution (ResNet-50 and MobileNet-v2 layers, NCHW and
@@ -17,7 +17,7 @@ Peers, each used where importable (a missing one is a left-out column, never an 
 Goals (the "goal" column; ratio = the peer's time / triodnn's time, above 1: triodnn faster):
 GPU matmul and convolution >= 0.9x torch, memory-bound >= 0.85x the copy (bytes read and
 written once), SDPA >= 1.0x torch's fused SDPA; CPU matmul >= 1.0x numpy, convolution >= 1.0x
-torch CPU (the issue sets no CPU goal for memory-bound and SDPA rows: their ratio is printed).
+torch CPU (no CPU goal is set for memory-bound and SDPA rows: their ratio is printed).
 
 Timing (``--timing``, printed in every table header), the same for triodnn and every peer:
 
@@ -77,8 +77,8 @@ FAMILIES = ("matmul", "conv", "memory", "sdpa")
 MEMORY_FAMILY = "memory"
 # Seconds of triodnn work one sample aims at: N = this / one run's time, within [1, --runs].
 SAMPLE_TARGET_S = 0.02
-# The goals of issue 17: (device, family) -> (the peer the goal is judged against, least ratio).
-# None: the issue sets no goal there; the ratio against that peer is printed all the same.
+# The kernel-speed goals: (device, family) -> (the peer the goal is judged against, least ratio).
+# None: no goal is set there; the ratio against that peer is printed all the same.
 GOALS = {
     ("gpu", "matmul"): ("torch", 0.9), ("gpu", "conv"): ("torch", 0.9),
     ("gpu", "memory"): ("copy", 0.85), ("gpu", "sdpa"): ("torch", 1.0),
@@ -722,7 +722,7 @@ async def run(args):
             absent = [n for n, ok in (("torch CPU", have["torch"]), ("ONNX Runtime", have["ort"])) if not ok]
             peer_note = f"peers: {', '.join(present)}" + (f" (absent: {', '.join(absent)})" if absent else "") + \
                 "; host peers timed by wall time in both modes"
-        common.print_header("bench_sweep: kernel speed across shape families (issue 17)", engine, args,
+        common.print_header("bench_sweep: kernel speed across shape families", engine, args,
                             [timing, peer_note, "memory-bound rows: the OpenCL copy moves the row's bytes "
                              "(half read, half written)"])
         alt = None

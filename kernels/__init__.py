@@ -11,7 +11,7 @@ from . import (
     convolution,
     convolution_bwd_weights,
     deconvolution,
-    dropout,  # Dropout (issue 21)
+    dropout,  # Dropout with oneDNN's Philox mask
     dynamic_quantize,
     eltwise,
     eltwise_bwd,
@@ -24,13 +24,13 @@ from . import (
     prelu,
     prelu_bwd,
     quantize,
-    quantized_matmul,  # int8 matmul (issue 22)
+    quantized_matmul,  # int8 matmul
     reduction,
     reorder,
     resampling,
     resampling_bwd,
     sdpa,
-    sdpa_backward,  # fused SDPA backward (issue 21)
+    sdpa_backward,  # fused SDPA backward
     softmax,
     softmax_bwd,
     sum,
@@ -55,7 +55,7 @@ __all__ = [
     "convolution_bwd_weights",
     "deconvolution",
     "dense_strides",
-    "dropout",  # Dropout (issue 21)
+    "dropout",  # Dropout with oneDNN's Philox mask
     "dynamic_quantize",
     "eltwise",
     "eltwise_bwd",
@@ -71,13 +71,13 @@ __all__ = [
     "prelu_bwd",
     "program_source",
     "quantize",
-    "quantized_matmul",  # int8 matmul (issue 22)
+    "quantized_matmul",  # int8 matmul
     "reduction",
     "reorder",
     "resampling",
     "resampling_bwd",
     "sdpa",
-    "sdpa_backward",  # fused SDPA backward (issue 21)
+    "sdpa_backward",  # fused SDPA backward
     "select_config",
     "softmax",
     "softmax_bwd",

@@ -40,7 +40,7 @@ from ._values import (
     DeviceIdentity,
     DeviceInfo,
     DeviceLostError,
-    DropoutDesc,  # Dropout (issue 21)
+    DropoutDesc,  # Dropout with oneDNN's Philox mask
     DynamicQuantizeDesc,
     EltwiseBackwardDesc,
     EltwiseDesc,
@@ -66,15 +66,15 @@ from ._values import (
     PrimitiveImpl,
     PrimitiveKey,
     ProfilingError,
-    Quantization,  # quantized SDPA operands (issue 22)
+    Quantization,  # quantized SDPA operands
     QuantizeDesc,
-    QuantizedMatmulDesc,  # int8 matmul (issue 22)
+    QuantizedMatmulDesc,  # int8 matmul
     ReductionDesc,
     ReorderDesc,
     ResamplingBackwardDesc,
     ResamplingDesc,
     RMSNormDesc,
-    SdpaBackwardDesc,  # fused SDPA backward (issue 21)
+    SdpaBackwardDesc,  # fused SDPA backward
     SdpaDesc,
     ShapeInferenceError,
     SoftmaxBackwardDesc,
@@ -117,7 +117,7 @@ __all__ = [
     "PreluBackwardDesc",
     "PreluDesc",
     "QuantizeDesc",
-    "QuantizedMatmulDesc",  # int8 matmul (issue 22)
+    "QuantizedMatmulDesc",  # int8 matmul
     "DynamicQuantizeDesc",
     "RMSNormDesc",
     "ArgumentMismatchError",
@@ -135,7 +135,7 @@ __all__ = [
     "DeviceLostError",
     "DeviceIdentity",
     "DeviceInfo",
-    "DropoutDesc",  # Dropout (issue 21)
+    "DropoutDesc",  # Dropout with oneDNN's Philox mask
     "EltwiseBackwardDesc",
     "EltwiseDesc",
     "Engine",
@@ -164,7 +164,7 @@ __all__ = [
     "ResamplingBackwardDesc",
     "ResamplingDesc",
     "Runtime",
-    "SdpaBackwardDesc",  # fused SDPA backward (issue 21)
+    "SdpaBackwardDesc",  # fused SDPA backward
     "SdpaDesc",
     "ShapeInferenceError",
     "SoftmaxBackwardDesc",

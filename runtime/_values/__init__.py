@@ -9,7 +9,7 @@ from ._concat_desc import ConcatDesc as ConcatDesc
 from ._convolution_bwd_weights_desc import ConvolutionBackwardWeightsDesc as ConvolutionBackwardWeightsDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
 from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
-from ._dropout_desc import DropoutDesc as DropoutDesc  # Dropout (issue 21)
+from ._dropout_desc import DropoutDesc as DropoutDesc  # Dropout with oneDNN's Philox mask
 from ._dynamic_quantize_desc import DynamicQuantizeDesc as DynamicQuantizeDesc
 from ._eltwise_bwd_desc import EltwiseBackwardDesc as EltwiseBackwardDesc
 from ._eltwise_desc import EltwiseDesc as EltwiseDesc
@@ -56,15 +56,15 @@ from ._pooling_bwd_desc import PoolingBackwardDesc as PoolingBackwardDesc
 from ._pooling_desc import PoolingDesc as PoolingDesc
 from ._prelu_bwd_desc import PreluBackwardDesc as PreluBackwardDesc
 from ._prelu_desc import PreluDesc as PreluDesc
-from ._quantization import Quantization as Quantization  # quantized SDPA operands (issue 22)
+from ._quantization import Quantization as Quantization  # quantized SDPA operands
 from ._quantize_desc import QuantizeDesc as QuantizeDesc
-from ._quantized_matmul_desc import QuantizedMatmulDesc as QuantizedMatmulDesc  # int8 matmul (issue 22)
+from ._quantized_matmul_desc import QuantizedMatmulDesc as QuantizedMatmulDesc  # int8 matmul
 from ._reduction_desc import ReductionDesc as ReductionDesc
 from ._reorder_desc import CrossEngineReorderDesc as CrossEngineReorderDesc
 from ._reorder_desc import ReorderDesc as ReorderDesc
 from ._resampling_bwd_desc import ResamplingBackwardDesc as ResamplingBackwardDesc
 from ._resampling_desc import ResamplingDesc as ResamplingDesc
-from ._sdpa_backward_desc import SdpaBackwardDesc as SdpaBackwardDesc  # fused SDPA backward (issue 21)
+from ._sdpa_backward_desc import SdpaBackwardDesc as SdpaBackwardDesc  # fused SDPA backward
 from ._sdpa_desc import SdpaDesc as SdpaDesc
 from ._softmax_bwd_desc import SoftmaxBackwardDesc as SoftmaxBackwardDesc
 from ._softmax_desc import SoftmaxDesc as SoftmaxDesc

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _trace
 from .._runtime import open_runtime
 from .._stream import StreamFlags
-from .._values._dtypes import from_storage, to_storage  # Dropout (issue 21): _attention_stats
+from .._values._dtypes import from_storage, to_storage  # _attention_stats: row statistics in their dtype
 from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnError, UnsupportedError
 from ..graph import Graph, LogicalTensor, Tensor, from_dict
 from ..graph._logical_tensor import GRAPH_DTYPES, PROPERTY_TYPES, known_shape
@@ -164,11 +164,11 @@ def _role(graph: Graph, lt: LogicalTensor) -> str | None:
             return "scale"  # attention's 1/sqrt(d): a power of two keeps the scores exact
         if op.kind == "BatchNormInference" and index == 4:
             return "variance"
-        if op.kind in _NORM_TRAINING_KINDS:  # issue 21: statistics and parameters by their input name
+        if op.kind in _NORM_TRAINING_KINDS:  # normalization training: statistics and parameters by their input name
             name = schema_of(op.kind).input_names[index]
             if name in ("mean", "variance", "gamma", "beta"):
                 return name
-        if op.kind == "Dropout" and index == 3:  # Dropout (issue 21)
+        if op.kind == "Dropout" and index == 3:  # Dropout's p
             return "probability"
         if op.kind in ("Add",) and op.inputs[0].shape and lt.shape is not None and any(
                 c.kind in ("SoftMax", "LogSoftmax") for t in op.outputs for c in graph.consumers(t.id)):
@@ -236,7 +236,7 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[int, np.ndarray]:
             continue
         arrays[lt.id] = fill_input(lt.dtype, known_shape(lt), _consumer_kinds(graph, lt.id), rng,
                                    role=_role(graph, lt))
-    # Issue 21: the backward normalizations get src's own statistics (see batch_statistics).
+    # The backward normalizations get src's own statistics (see batch_statistics).
     for op in graph.ops:
         stats = op.inputs[2:4]
         if op.kind in _NORM_TRAINING_KINDS - {"BatchNormForwardTraining"} and all(
@@ -244,11 +244,11 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[int, np.ndarray]:
             values = batch_statistics(op.kind, op.attrs, arrays[op.inputs[0].id], (stats[0].dtype, stats[1].dtype))
             for lt, value in zip(stats, values):
                 arrays[lt.id] = value.reshape(known_shape(lt))
-    _attention_stats(graph, arrays)  # Dropout (issue 21)
+    _attention_stats(graph, arrays)  # attention backward's softmax row statistics
     return arrays
 
 
-# Dropout (issue 21): attention backward takes the forward softmax's row statistics as a graph
+# Attention backward (with or without Dropout) takes the forward softmax's row statistics as a graph
 # input (subtracted from the scores before Exp). Random ones overflow exp to inf and near
 # f32's top, where the partition's f32 sums and the float64 reference overflow differently
 # (dropout's 1 / (1 - p) makes it likelier). The scores' row maxima, what a forward pass gives,
@@ -281,7 +281,7 @@ def _attention_stats(graph: Graph, arrays: dict[int, np.ndarray]) -> None:
         arrays[stats.id] = from_storage(to_storage(row_max, stats.dtype), stats.dtype).reshape(row_max.shape)
 
 
-# ReduceSum (Dropout, issue 21): attention backward's bf16 dK/dV group sums cancel to small
+# ReduceSum: attention backward's bf16 dK/dV group sums cancel to small
 # results whose rounding error is relative to the terms' sizes, as a dot product's.
 _SUMMING = frozenset({"MatMul", "Convolution", "ReduceSum"})
 

@@ -325,7 +325,7 @@ async def test_triodnn_gaps_are_unimplemented_and_unknown_kinds_invalid(engine, 
         _op(0, "Dropout", [_lt(0, (2, 2)), _lt(1, (), "s64", "host_scalar")], [_lt(2, (2, 2))]),
         _op(1, "Abs", [_lt(2, (2, 2))], [_lt(3, (2, 2), "f4_e2m1")])]}))
     result = await run_benchdnn(Run("g.json", path), engine=engine)
-    # s64, host_scalar, f8 and Dropout (issue 21) are implemented: only f4 remains triodnn's gap.
+    # s64, host_scalar, f8 and Dropout are implemented: only f4 remains triodnn's gap.
     assert (result.status, result.message) == ("UNIMPLEMENTED", "data type f4_e2m1 is not implemented")
     result = await run_benchdnn(Run("g.json", path, op_kind="0:Frobnicate", dt="1:f32+3:f32",
                                     tensor_property="1:undef"), engine=engine)

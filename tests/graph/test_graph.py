@@ -465,7 +465,7 @@ async def test_squared_difference(engine, rng):
 def test_recognised_ops_triodnn_does_not_run_make_unsupported_partitions():
     g = Graph("cpu")
     g.add_op(Op(0, "ReLU", [f32(0, [1, 1, 4])], [f32(1, [1, 1, 4])]))
-    # Issue 21 gives the recognised training ops lowerings; nearest interpolation with
+    # The recognised training ops have lowerings; nearest interpolation with
     # align_corners stays without one (no rounding rule is defined for it).
     g.add_op(Op(1, "Interpolate", [f32(1, [1, 1, 4])], [f32(3, [1, 1, 4])],
                 {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "sizes": [4],

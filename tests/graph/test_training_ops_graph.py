@@ -1,5 +1,5 @@
-"""SoftMaxBackward, LogSoftmaxBackward, PReLUBackward and InterpolateBackward (issue 21) through
-the graph API: the runs of benchdnn's CI set (../shared/graphs/benchdnn/op/f32, their shapes cut
+"""SoftMaxBackward, LogSoftmaxBackward, PReLUBackward and InterpolateBackward through the
+graph API: the runs of benchdnn's CI set (../shared/graphs/benchdnn/op/f32, their shapes cut
 down, the harness's op attributes and data types applied) with benchdnn's verdict through
 ``run_case``; and the ops' defaults, slope placement, layouts and errors on small graphs written
 here, checked against numpy."""

@@ -1,4 +1,4 @@
-"""Kernels fit the device's __local memory (issue 9's Oclgrind finding).
+"""Kernels fit the device's __local memory (a finding of the Oclgrind runs, RELIABILITY.md).
 
 OpenCL guarantees 32 KiB of __local memory per work-group; PoCL offers 1 MiB, NVIDIA 48 KiB,
 Oclgrind exactly 32 KiB. The CPU matmul's weights panel and partial sums took up to 130 KiB and

@@ -40,7 +40,7 @@ CASES = {
     "rms_normalization": triodnn.RMSNormDesc(md(6, 40), scale=md(40)),
     "batch_normalization": triodnn.BatchNormInferenceDesc(md(2, 3, 5, 5), md(3), md(3), scale=md(3), shift=md(3)),
     "group_normalization": triodnn.GroupNormDesc(md(2, 6, 5, 5), groups=3, scale=md(6), shift=md(6)),
-    # normalization training (issue 21)
+    # normalization training
     "batch_normalization_training": triodnn.BatchNormTrainingDesc(md(2, 3, 5, 5), scale=md(3), shift=md(3)),
     "batch_normalization_backward": triodnn.BatchNormBackwardDesc(md(2, 3, 5, 5), md(2, 3, 5, 5), md(3), md(3),
                                                                   scale=md(3)),
@@ -56,17 +56,17 @@ CASES = {
     "convolution_backward_weights": triodnn.ConvolutionBackwardWeightsDesc(
         md(2, 4, 9, 9), md(2, 6, 4, 4), md(6, 2, 3, 3), strides=2, padding_l=1, padding_r=0, groups=2),
     "resampling": triodnn.ResamplingDesc("linear", md(2, 3, 5, 7), md(2, 3, 9, 4)),
-    # softmax, PReLU and resampling backward (issue 21)
+    # softmax, PReLU and resampling backward
     "softmax_backward": triodnn.SoftmaxBackwardDesc("softmax", md(6, 40), md(6, 40), axis=1),
     "prelu_backward": triodnn.PreluBackwardDesc(md(2, 5, 3, 3), md(1, 5, 1, 1), md(2, 5, 3, 3)),
     "resampling_backward": triodnn.ResamplingBackwardDesc("linear", md(2, 3, 9, 4), md(2, 3, 5, 7)),
-    # Dropout (issue 21)
+    # Dropout
     "dropout": triodnn.DropoutDesc(md(4, 33), md(1, dtype="s64"), md(1, dtype="s64"), md(1), mask=md(4, 33, dtype="u8")),
-    # int8 matmul (issue 22)
+    # int8 matmul
     "quantized_matmul": triodnn.QuantizedMatmulDesc(md(2, 5, 24, dtype="u8"), md(24, 7, dtype="s8"), bias=md(1, 7),
                                                     src_scale=0.01, src_zp=3, wei_scales=[0.02 * (i + 1) for i in range(7)],
                                                     wei_zps=[1], post_ops=(("eltwise", "relu"),)),
-    # fused SDPA backward (issue 21)
+    # fused SDPA backward
     "sdpa_backward": triodnn.SdpaBackwardDesc("dq", md(1, 2, 8, 4), md(1, 2, 12, 4), md(1, 2, 12, 4), md(1, 2, 8, 4),
                                               md(1, 2, 8, 4), md(1, 2, 8, 1)),
 }
@@ -83,11 +83,11 @@ def test_every_kind_has_a_case_a_reference_and_a_tolerance():
 def _input(rng: np.random.Generator, name: str, desc: MemoryDesc) -> np.ndarray:
     if name == "variance":
         return rng.uniform(0.5, 2.0, desc.dims).astype(np.float32)  # a variance is positive
-    if desc.dtype == "s64":  # Dropout's seed and offset (issue 21)
+    if desc.dtype == "s64":  # Dropout's seed and offset
         return rng.integers(-(2**62), 2**62, desc.dims, dtype=np.int64)
-    if name == "probability":  # Dropout's (issue 21)
+    if name == "probability":  # Dropout's p
         return rng.uniform(0.0, 1.0, desc.dims).astype(np.float32)
-    if desc.dtype in ("s8", "u8"):  # the int8 matmul's src and weights (issue 22)
+    if desc.dtype in ("s8", "u8"):  # the int8 matmul's src and weights
         return rng.integers(-128 if desc.dtype == "s8" else 0, 128 if desc.dtype == "s8" else 256, desc.dims).astype(
             np.int8 if desc.dtype == "s8" else np.uint8)
     return rng.uniform(-2.0, 2.0, desc.dims).astype(np.float32)
@@ -103,7 +103,7 @@ async def test_registered_reference_matches_the_kernel(engine, rng, kind):
     args = {name: await engine.from_numpy(array, desc.arg_descs[name]) for name, array in inputs.items()}
     # eltwise_backward's output is diff_src, convolution_backward_weights' diff_weights
     output = "dst" if "dst" in outputs else "diff_src" if "diff_src" in outputs else "diff_weights"
-    output = "diff_query" if desc.kind == "sdpa_backward" else output  # fused SDPA backward (issue 21)
+    output = "diff_query" if desc.kind == "sdpa_backward" else output  # fused SDPA backward: its dq pass
     args[output] = engine.memory(desc.arg_descs[output])
     for name in outputs - {output}:  # prelu_backward's diff_weights: every output needs memory
         if name in desc.arg_descs:
@@ -112,5 +112,5 @@ async def test_registered_reference_matches_the_kernel(engine, rng, kind):
     await stream.execute(primitive, args)
     got = await args[output].to_numpy()
     want = registered.reference(desc, inputs)
-    want = want[output] if isinstance(want, dict) else want  # sdpa_backward's {output: array} (issue 21)
+    want = want[output] if isinstance(want, dict) else want  # sdpa_backward's {output: array}
     tolerance.check(got, want, registered.tolerance(desc))

@@ -103,7 +103,7 @@ def test_errors_cross_the_portal_with_their_type():
             engine.create_primitive(EltwiseDesc("nope", MemoryDesc((4,))))
 
 
-# -- the Graph API through the portal (issue 19) ---------------------------------------------------
+# -- the Graph API through the portal --------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The import structure issue 15 asks for: no import cycle is live when triodnn loads, and no
+"""The import structure triodnn holds to: no import cycle is live when triodnn loads, and no
 import hides inside a function (the old way of breaking cycles).
 
 ``lint-imports`` (.ci/run) checks the layer contract and cycles statically; this checks what

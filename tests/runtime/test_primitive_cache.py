@@ -546,7 +546,7 @@ async def test_hundred_tasks_ten_keys_ten_builds(fresh_cache, engine):
 
 async def test_builds_count_builds_started_which_a_miss_may_not_start():
     """``builds`` counts the builds cache actors ran; a miss whose runtime closed before its
-    build could start is a miss and no build (issue 19: misses were read as builds)."""
+    build could start is a miss and no build (misses were once read as builds)."""
     cache: PrimitiveCache = PrimitiveCache(8)
     actor: CacheActor = CacheActor(cache)
 

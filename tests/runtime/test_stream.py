@@ -214,7 +214,7 @@ async def test_profiling_before_completion(engine, prims, upload, x, gate):
 
 async def test_event_repr_is_label_and_state_only(engine, prims, upload, x, gate):
     """``repr(event)`` says what the command is and where it stands, nothing of the stream
-    actor or submission behind it (issue 19)."""
+    actor or submission behind it."""
     stream = await engine.stream()
     src = await upload(x)
     with gate(engine.cl_context) as g:

@@ -252,7 +252,7 @@ def test_cli_graph_trace(tmp_path, capsys):
 
 def test_public_trace_docs_point_at_no_private_module():
     """``triodnn.trace`` is the public name: its docstrings say what is recorded themselves
-    instead of sending readers to ``triodnn._trace`` (issue 19)."""
+    instead of sending readers to ``triodnn._trace``."""
     docs = {"triodnn.trace": triodnn.trace.__doc__}
     docs.update({name: getattr(triodnn.trace, name).__doc__ for name in triodnn.trace.__all__})
     assert docs["triodnn.trace"] and "What is recorded" in docs["triodnn.trace"]
