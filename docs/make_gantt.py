@@ -1,4 +1,4 @@
-"""Draws docs/gantt.png, the README's picture: one DAG on an in-order and an out-of-order stream,
+"""Draws docs/gantt.png, the picture in docs/performance.md: one DAG on an in-order and an out-of-order stream,
 from the device spans of a triodnn trace (the computation of notebooks/scheduling.ipynb).
 
     MPLBACKEND=Agg python docs/make_gantt.py
