@@ -134,7 +134,7 @@ class Engine:
 
         Without ``desc`` the memory takes the array's own data type where triodnn has it, else
         f32 for floats (float64) and s32 for integers (int64, checked to fit): the input policy
-        of ``Memory.write`` (README, Inputs), which converts into ``desc``'s type otherwise."""
+        of ``Memory.write`` (docs/runtime.md, Inputs), which converts into ``desc``'s type otherwise."""
         array = np.asarray(array)
         if desc is None:
             desc = MemoryDesc(tuple(array.shape), input_dtype_of(array.dtype))

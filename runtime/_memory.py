@@ -87,7 +87,7 @@ class Memory:
 
     async def write(self, array: np.ndarray, *, deps=()) -> None:
         """Copy ``array`` (shape ``desc.dims``) into this memory and wait for the copy. Its
-        dtype is converted by triodnn's input policy (README, Inputs): floats round into float
+        dtype is converted by triodnn's input policy (docs/runtime.md, Inputs): floats round into float
         memory, boolean memory takes ``value != 0``, integer memory exact values only (else
         ``ArgumentMismatchError``)."""
         await self.engine._host_stream.write(self, array, deps=deps)

@@ -118,7 +118,7 @@ class ConvolutionDesc(OpDesc):
     * ``output_scale`` (keyword, finite, default 1): oneDNN v2's output scale, multiplying the
       result (bias included) before the post-ops.
     * ``post_ops`` (keyword): a chain of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and
-      ``("binary", alg, src1)`` applied before the store (the forms README.md lists under "Post-op chains"); a
+      ``("binary", alg, src1)`` applied before the store (the forms docs/primitives.md lists under "Post-op chains"); a
       binary operand broadcasts to dst, e.g. ``(1, OC, 1, 1)`` per channel, and is the argument
       ``post_op_{i}_src1``.
 

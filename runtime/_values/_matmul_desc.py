@@ -25,7 +25,7 @@ class MatmulDesc(OpDesc):
     (batch..., M, N); ``bias`` is optional and broadcasts to ``dst`` (e.g. (1, N) or (M, 1)).
     Transposed or strided inputs are expressed by their strides. ``post_ops`` (keyword): a chain
     of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied
-    to the result before the store (the forms README.md lists under "Post-op chains"). ``output_scale``
+    to the result before the store (the forms docs/primitives.md lists under "Post-op chains"). ``output_scale``
     (keyword, finite, default 1): oneDNN v2's output scale, ``(src @ weights + bias) *
     output_scale``, applied before the post-op chain.
     """

@@ -5,7 +5,7 @@ is then safe), with optional per-element ``scale`` and ``shift`` and oneDNN's at
 keywords: ``output_scale`` (finite, default 1; oneDNN v2's output scale, multiplying the
 normalised output before the post-ops) and ``post_ops``, a chain of ``("eltwise", alg, alpha,
 beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied to dst's values before the store
-(the forms README.md lists under "Post-op chains"); a binary operand broadcasts to dst. ``_Normalization`` holds
+(the forms docs/primitives.md lists under "Post-op chains"); a binary operand broadcasts to dst. ``_Normalization`` holds
 what they share: the checks of src, dst, the chain and the per-element parameters, the argument
 order and the data type rule.
 

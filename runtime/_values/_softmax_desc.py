@@ -28,7 +28,7 @@ class SoftmaxDesc(OpDesc):
     ``output_scale`` (keyword, finite, default 1): oneDNN v2's output scale, multiplying the
     softmax (or logsoftmax) before the post-ops. ``post_ops`` (keyword): a chain of
     ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied to
-    the result before the store (the forms README.md lists under "Post-op chains"); a binary operand broadcasts
+    the result before the store (the forms docs/primitives.md lists under "Post-op chains"); a binary operand broadcasts
     to dst and is the argument ``post_op_{i}_src1``.
 
     ``stats`` (keyword, optional output): oneDNN Graph's SoftMax second output, each row's

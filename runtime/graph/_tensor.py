@@ -53,7 +53,7 @@ class Tensor:
     @classmethod
     def from_numpy(cls, lt: LogicalTensor, engine: Engine, array):
         """A new tensor of ``lt`` on ``engine`` holding ``array``, converted by the input
-        policy (README, Inputs): ``await Tensor.from_numpy(...)``; with an engine of a blocking
+        policy (docs/runtime.md, Inputs): ``await Tensor.from_numpy(...)``; with an engine of a blocking
         portal it is made there and comes back wrapped."""
         portal = portal_of(engine)
         if portal is not None:

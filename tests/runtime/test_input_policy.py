@@ -1,4 +1,4 @@
-"""One input policy for every entry point that takes host arrays (README, Inputs): floats round
+"""One input policy for every entry point that takes host arrays (docs/runtime.md, Inputs): floats round
 into float memory, boolean memory takes value != 0, integer memory only values it holds exactly,
 anything else
 is an ArgumentMismatchError naming the argument and the fix; the same function decides for
