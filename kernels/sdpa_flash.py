@@ -14,7 +14,7 @@ memory when their turn comes, so their global latency overlaps the arithmetic. U
 rows run last first: they have the most key tiles, and starting them first leaves the device
 the short ones to balance the end.
 
-Why: the split kernel (``sdpa._gpu_split_generate``) gives each work-item one query row and a
+Why: the split kernel (``sdpa_gpu._gpu_split_generate``) gives each work-item one query row and a
 sixteenth of the keys, so every K and V element read from local memory serves one FMA per row;
 it ran 0.31-0.45x torch's fused SDPA on an H100 at head size 64, and the one-row-per-work-item
 kernel taking D + Dv > 192 0.08-0.13x (BENCHMARKS.md §13). Blocked, each local read serves 4-8.

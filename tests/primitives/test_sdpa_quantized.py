@@ -22,7 +22,7 @@ from triodnn import ArgumentMismatchError, InvalidArgumentError, MemoryDesc, Qua
 from triodnn._values._convolution_desc import ConvolutionDesc
 from triodnn._values._dtypes import from_storage, to_storage
 from triodnn._values._sdpa_desc import SdpaDesc
-from triodnn.kernels import _dtype_io, sdpa, select_config
+from triodnn.kernels import _dtype_io, sdpa, sdpa_gpu, select_config
 from triodnn.kernels._spec import dense_strides
 
 GPU = select_config("gpu", 256, 48 * 1024)
@@ -200,7 +200,7 @@ async def test_fp8_probabilities(engine, rng):
 async def test_scores_recomputed_where_they_do_not_fit(configured, rng, monkeypatch):
     """The second pass recomputes Q @ K^T where the first pass's scores would not fit (__local
     memory on the CPU kernel, GPU_CACHED_SCORES on the split kernel): the same numbers."""
-    monkeypatch.setattr(sdpa, "GPU_CACHED_SCORES", 0)
+    monkeypatch.setattr(sdpa_gpu, "GPU_CACHED_SCORES", 0)
     if configured._config.vector_width >= 16:  # room for Q^T and O (64 B a row vector and column), not the scores
         configured._config = attrs.evolve(configured._config, local_memory=8192)
     b, h, sq, skv, d = 1, 2, 29, 61, 16  # dims of their own: no cached primitive of the other form
