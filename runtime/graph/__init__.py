@@ -18,6 +18,8 @@ DAGs on one stream through ``compile_graph``'s ``GraphRunner``: ``await runner.r
 over several engines through ``compile_graph_pool``'s ``EnginePool`` (``pool.map(inputs)``).
 """
 
+# Every op kind registers itself (graph.ops, by family) before anything can look one up.
+from . import ops as ops
 from ._batching import BatcherStatistics, DynamicBatcher
 from ._compile_graph import compile_graph
 from ._compiled_partition import CompiledPartition

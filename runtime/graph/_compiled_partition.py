@@ -21,16 +21,16 @@ from .._values._errors import (
 )
 from .._values._memory_desc import MemoryDesc
 from ..kernels import sdpa as sdpa_kernel
-from ..kernels import sdpa_backward as sdpa_backward_kernel  # SDPA backward (issue 21)
+from ..kernels import sdpa_backward as sdpa_backward_kernel  # fused SDPA backward
 from ._fusion import find_chains
-from ._int8_convolution import find_int8_convolutions, lower_int8_convolution  # int8 convolution (issue 22)
-from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion (issue 22)
+from ._int8_convolution import find_int8_convolutions, lower_int8_convolution  # int8 convolution fusion
+from ._int8_matmul import find_int8_matmuls, lower_int8_matmul  # int8 matmul fusion
 from ._logical_tensor import LogicalTensor, dense_strides, known_shape
 from ._lowering import Builder, Plan
 from ._memory_plan import MemoryPlan, plan_memory
 from ._op import Op
 from ._replay import Replay, allocate_temporaries
-from ._sdpa_backward_pattern import find_sdpa_backward, lower_sdpa_backward  # SDPA backward (issue 21)
+from ._sdpa_backward_pattern import find_sdpa_backward, lower_sdpa_backward  # fused SDPA backward
 from ._sdpa_pattern import find_sdpa
 from ._tensor import Tensor
 
@@ -406,7 +406,7 @@ def _shaped(lt: LogicalTensor, shapes: dict, ports: dict[int, LogicalTensor]) ->
 # convert values. Kernels compute in f32, exact only to 2**24, so arithmetic on s64 would
 # quietly round seeds; it is refused instead.
 _S64_KINDS = frozenset({"Reorder", "TypeCast", "StaticReshape", "StaticTranspose", "End",
-                        "Dropout"})  # Dropout (issue 21): its kernel reads seed/offset as 64-bit
+                        "Dropout"})  # Dropout: its kernel reads seed/offset as 64-bit
 
 
 def _check_s64(ops: list[Op]) -> None:
@@ -498,7 +498,7 @@ def _fusion_pays(match, engine: Engine) -> bool:
 
 def _backward_pays(match, engine: Engine) -> bool:
     """Whether the fused SDPA backward beats the ops one by one for this match's sizes on the
-    engine's kernel configuration (``kernels.sdpa_backward.fusion_pays``, issue 21)."""
+    engine's kernel configuration (``kernels.sdpa_backward.fusion_pays``)."""
     (sq, d), skv, dv = known_shape(match.query)[-2:], known_shape(match.key)[-2], known_shape(match.value)[-1]
     return sdpa_backward_kernel.fusion_pays(sq, skv, d, dv, engine._config)
 
@@ -523,14 +523,14 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)
                  if _fusion_pays(m, engine)} if fuse else {}
     in_attention = {op_id for m in attention.values() for op_id in m.ops}
-    # SDPA backward (issue 21): dQ, dK, dV as two fused primitives, lowered at the match's last op.
+    # SDPA backward: dQ, dK, dV as two fused primitives, lowered at the match's last op.
     backward = {m.ops[-1]: m for m in find_sdpa_backward(shaped_ops, output_ids)
                 if _backward_pays(m, engine)} if fuse else {}
     in_backward = {op_id for m in backward.values() for op_id in m.ops}
     rest = [op for op in shaped_ops if op.id not in in_attention | in_backward]
     chains = find_chains(rest, output_ids) if fuse else {}
     absorbed = in_attention | {op_id for chain in chains.values() for op_id in chain.absorbed}
-    # Int8 matmul fusion (issue 22): Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
+    # Int8 matmul fusion: Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
     int8 = find_int8_matmuls(rest, output_ids, chains, engine._config) if fuse else {}
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
     int8_conv = find_int8_convolutions(rest, output_ids, chains) if fuse else {}

@@ -22,7 +22,7 @@ import attrs
 
 from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op, producers_and_consumers
-from ._op_schema import UNARY_ELTWISE_KINDS, eltwise_parameters
+from .ops.eltwise import UNARY_ELTWISE_KINDS, eltwise_parameters
 
 # Anchors whose primitives take post-ops, with how their dst relates to the graph's output:
 # the same dims, or (for NXC data) a channels-first view of them.

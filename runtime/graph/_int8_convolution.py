@@ -22,8 +22,9 @@ from .._values._quantization import Quantization
 from ._fusion import Chain
 from ._int8_matmul import _dequantized, _zps, _zps_fit
 from ._logical_tensor import known_shape
-from ._lowering import Builder, _lower_convolution
+from ._lowering import Builder
 from ._op import Op, producers_and_consumers
+from .ops.convolution import lower_convolution
 
 
 @attrs.frozen
@@ -88,5 +89,5 @@ def lower_int8_convolution(b: Builder, op: Op, match: Int8ConvMatch, chain: Chai
     b.views[op.inputs[1].id] = b.view(match.wei_deq.inputs[0])
     options = dict(src_quant=_static(match.src_deq), weights_quant=_static(match.wei_deq),
                    dst_quant=_static(match.quantize) if match.quantize is not None else None)
-    b.lower(op, chain, lowering=lambda b, op: _lower_convolution(b, op, **options),
+    b.lower(op, chain, lowering=lambda b, op: lower_convolution(b, op, **options),
             final=match.quantize.outputs[0] if match.quantize is not None else None)

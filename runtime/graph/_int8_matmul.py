@@ -33,8 +33,9 @@ from .._values._quantized_matmul_desc import QuantizedMatmulDesc
 from ..kernels.quantized_matmul import fusion_pays
 from ._fusion import Chain
 from ._logical_tensor import known_shape
-from ._lowering import Builder, _lower_matmul
+from ._lowering import Builder
 from ._op import Op, producers_and_consumers
+from .ops.matmul import lower_matmul
 
 _INT8 = ("s8", "u8")
 
@@ -146,6 +147,6 @@ def lower_int8_matmul(b: Builder, op: Op, match: Int8Match, chain: Chain | None)
     def make(src: MemoryDesc, weights: MemoryDesc, dst: MemoryDesc, bias: MemoryDesc | None = None):
         return QuantizedMatmulDesc(src, weights, dst, bias, **options)
 
-    b.lower(op, chain, lowering=lambda b, op: _lower_matmul(b, op, make),
+    b.lower(op, chain, lowering=lambda b, op: lower_matmul(b, op, make),
             final=match.quantize.outputs[0] if match.quantize is not None else None)
     b._post = ()

@@ -55,20 +55,20 @@ import numpy as np
 from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
 from ..graph._op_schema import OP_SCHEMAS, normalize_attrs, schema_of
-from ..graph._shape_inference import norm_axes
+from ..graph.ops.normalization import norm_axes
 from ..kernels import eltwise_bwd, normalization_bwd, softmax_bwd
 from ..kernels import tolerance as kt
 
 _POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
 _NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference",
-                         # normalization training (issue 21)
+                         # normalization training
                          "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward"})
 _TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus",
                                    "GELUBackward", "TanhBackward", "SigmoidBackward", "EluBackward",
                                    "MishBackward", "SoftPlusBackward"})
 ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance",
-         "probability")  # Dropout (issue 21)
+         "probability")  # Dropout's p
 
 
 def _choice(rng: np.random.Generator, values, shape) -> np.ndarray:
@@ -79,7 +79,7 @@ def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.ran
                   role: str | None) -> np.ndarray:
     if role == "scale":
         return _choice(rng, [0.125, 0.25, 0.5, 1.0, 2.0, 4.0], shape)
-    if role == "probability":  # Dropout (issue 21): 1 / (1 - p) is 2 or 4, kept values exact
+    if role == "probability":  # Dropout's p: 1 / (1 - p) is 2 or 4, kept values exact
         return _choice(rng, [0.5, 0.75], shape)
     if role == "mask":
         mask = np.where(rng.random(shape) < 0.5, 0.0, -np.inf)
@@ -103,7 +103,7 @@ def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.ran
         return rng.integers(-64, 65, size=shape) / 16.0
     if consumers and consumers <= _TRANSCENDENTAL_KINDS:
         return rng.integers(-16, 17, size=shape) / 4.0
-    # Softmax backward (issue 21): values a forward would give, softmax's in [0, 1] and
+    # Softmax backward: values a forward would give, softmax's in [0, 1] and
     # logsoftmax's <= 0, multiples of 1/8. Both inputs follow the rule: logsoftmax's diff_dst of
     # one sign keeps diff_dst - exp(dst) * sum(diff_dst) from cancelling, so exp's ulp errors
     # stay relative to the result; softmax's products and sums stay exact.
@@ -161,7 +161,7 @@ def batch_statistics(kind: str, attrs, src: np.ndarray, dtypes: tuple[str, str])
     threshold; benchdnn too feeds the backward passes the forward's statistics. They are rounded
     to multiples of 1/16, as src's values are, so that ``x - mean`` and its products with diff_dst
     stay exact: diff_gamma sums thousands of them, and rounded terms would leave it off by far more
-    than an ulp of its result (as a dot product's). (Issue 21.)"""
+    than an ulp of its result (as a dot product's)."""
     a = normalize_attrs(kind, attrs)
     x = np.asarray(src, dtype=np.float64)
     if kind == "LayerNormBackward":
@@ -205,13 +205,13 @@ def _primitive_thresholds() -> dict[str, float]:
         **dict.fromkeys(("ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
                          "ConvTransposeBackwardWeights"), exact),
         "PReLU": exact,  # one product of integers
-        # Backward ops of issue 21: PReLU's products and sums of integers are exact; softmax's
+        # The training backward ops: PReLU's products and sums of integers are exact; softmax's
         # is benchdnn's (4 times the forward's); interpolation sums up to 4 weighted terms a dim.
         "PReLUBackward": exact,
         "SoftMaxBackward": softmax_bwd.threshold("softmax"),
         "LogSoftmaxBackward": softmax_bwd.threshold("logsoftmax"),
         "InterpolateBackward": 4 * 4**3 * kt.BINARY,
-        "Dropout": kt.BINARY,  # Dropout (issue 21): one product by the f32 1 / (1 - p); mask exact
+        "Dropout": kt.BINARY,  # one product by the f32 1 / (1 - p); mask exact
         # Linear interpolation: 2^d products of float32 weights summed (kernels.resampling).
         "Interpolate": 4 * 2**3 * kt.BINARY,
         # OpenCL's single-precision division and sqrt are within 2.5 and 3 ulp unless built with
@@ -219,7 +219,7 @@ def _primitive_thresholds() -> dict[str, float]:
         # kernels.tolerance.ELTWISE) covers both.
         "Divide": kt.ELTWISE,
         "AvgPool": kt.ELTWISE,  # an exact integer window sum, then one division
-        # Pooling backward (issue 21): max adds integer diff_dst elements (exact); avg adds a few
+        # Pooling backward: max adds integer diff_dst elements (exact); avg adds a few
         # quotients, one rounding each, far inside the eltwise bound.
         "MaxPoolBackward": exact,
         "AvgPoolBackward": kt.ELTWISE,
@@ -237,7 +237,7 @@ def _primitive_thresholds() -> dict[str, float]:
         "RMSNorm": kt.normalization("rms_normalization"),
         "GroupNorm": kt.normalization("group_normalization"),
         "BatchNormInference": kt.normalization("batch_normalization"),
-        # normalization training (issue 21): kernels/normalization_bwd.py's thresholds
+        # normalization training: kernels/normalization_bwd.py's thresholds
         "BatchNormForwardTraining": normalization_bwd.TRAINING,
         "BatchNormTrainingBackward": normalization_bwd.BACKWARD,
         "LayerNormBackward": normalization_bwd.BACKWARD,
@@ -263,17 +263,17 @@ _INEXACT_KINDS = frozenset({
     "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
     "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
     "RMSNorm", "GroupNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
-    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # issue 21
+    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # normalization training
     "EluBackward", "GELUBackward", "HardSigmoidBackward", "HardSwishBackward", "MishBackward",
     "SigmoidBackward", "SoftPlusBackward", "SqrtBackward", "TanhBackward",
-    "AvgPoolBackward",  # pooling backward (issue 21)
-    "LogSoftmaxBackward", "InterpolateBackward",  # softmax and interpolate backward (issue 21)
+    "AvgPoolBackward",  # pooling backward
+    "LogSoftmaxBackward", "InterpolateBackward",  # softmax and interpolate backward
 })
 _ACCUMULATING_KINDS = frozenset({
     "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "GroupNorm",
     "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
-    "SoftMaxBackward", "LogSoftmaxBackward", "PReLUBackward", "InterpolateBackward",  # issue 21
-    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # issue 21
+    "SoftMaxBackward", "LogSoftmaxBackward", "PReLUBackward", "InterpolateBackward",  # training backward ops
+    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # normalization training
     # convolution backward (training)
     "ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
     "ConvTransposeBackwardWeights",

@@ -13,8 +13,8 @@ from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
-from triodnn.graph._op_schema import ELTWISE_BACKWARD_KINDS, eltwise_backward_parameters
 from triodnn.graph._shape_inference import infer_output_shapes
+from triodnn.graph.ops.eltwise import ELTWISE_BACKWARD_KINDS, eltwise_backward_parameters
 from triodnn.testing import run_case
 
 BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"

@@ -21,7 +21,6 @@ from triodnn.graph._op_schema import (
     UNBOUNDED,
     AttrSpec,
     check_op,
-    eltwise_parameters,
     normalize_attrs,
 )
 from triodnn.graph._shape_inference import (
@@ -29,6 +28,7 @@ from triodnn.graph._shape_inference import (
     infer_output_shapes,
     spatial_geometry,
 )
+from triodnn.graph.ops.eltwise import eltwise_parameters
 from triodnn.testing import ROLES, fill_input, narrowest_dtype, reference, to_dtype_values, tolerance
 
 PUBLIC_GRAPHS = GRAPHS / "public"

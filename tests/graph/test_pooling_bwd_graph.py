@@ -13,8 +13,9 @@ from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
-from triodnn.graph._op_schema import RECOGNISED_NOT_RUN, check_op
+from triodnn.graph._op_schema import check_op
 from triodnn.graph._shape_inference import infer_output_shapes
+from triodnn.graph.ops.special import RECOGNISED_NOT_RUN
 from triodnn.testing import reference, run_case
 
 BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"

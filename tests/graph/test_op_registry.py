@@ -1,0 +1,96 @@
+"""The graph-op registry: every kind declared once, with all its parts, and a new kind needing
+nothing but its declaration (``triodnn.graph._op_registry``, the families of ``graph.ops``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from triodnn import EltwiseDesc, InvalidGraphError, ShapeInferenceError, StreamFlags, UnsupportedError
+from triodnn.graph import Graph, LogicalTensor, Op, compile_graph, ops
+from triodnn.graph._lowering import is_supported
+from triodnn.graph._op_registry import GraphOp, graph_op, graph_ops, register, registered
+from triodnn.graph._op_schema import OP_SCHEMAS, OpSchema, check_op
+from triodnn.graph._shape_inference import infer_output_shapes
+from triodnn.kernels.tolerance import ELTWISE_TRANSCENDENTAL
+from triodnn.testing import reference
+
+FAMILIES = (ops.binary, ops.convolution, ops.data_movement, ops.dropout, ops.eltwise, ops.matmul,
+            ops.normalization, ops.pooling, ops.quantization, ops.reduction, ops.resampling, ops.softmax)
+
+
+def test_every_kind_that_runs_has_all_four_parts():
+    running = [op for op in graph_ops().values() if op.runs]
+    assert len(running) == 85  # 88 kinds: all but Wildcard, End (marks an output) and BiasAddBackward
+    for op in running:
+        assert op.shapes is not None and op.reference is not None, op.kind
+        assert op.schema.kind == op.kind
+    not_run = sorted(op.kind for op in graph_ops().values() if not op.runs)
+    assert not_run == ["BiasAddBackward", "End", "Wildcard"]
+
+
+def test_each_family_registers_exactly_the_kinds_it_declares():
+    declared = [schema.kind for family in FAMILIES for schema in family._SCHEMAS]
+    assert len(declared) == len(set(declared))  # no kind in two families
+    assert set(declared) | {"Wildcard", "End", "BiasAddBackward"} == set(graph_ops())
+    assert set(OP_SCHEMAS) == set(graph_ops())
+
+
+def test_a_kind_is_declared_once():
+    with pytest.raises(ValueError, match="'MatMul' is registered twice"):
+        register(GraphOp(OP_SCHEMAS["MatMul"]))
+    assert graph_op("MatMul").lower is not None  # the first declaration stands
+
+
+def test_an_unknown_kind_names_the_known_ones():
+    with pytest.raises(InvalidGraphError, match="unknown op kind 'Cube'; known kinds: Abs, AbsBackward"):
+        graph_op("Cube")
+    with pytest.raises(InvalidGraphError, match="unknown op kind 'Cube'"):
+        check_op("Cube", {}, 1, 1)
+
+
+def test_kinds_that_do_not_run_say_why():
+    with pytest.raises(ShapeInferenceError, match="Wildcard op's semantics are the user's"):
+        infer_output_shapes("Wildcard", {}, [(2, 3)], 1)
+    with pytest.raises(ShapeInferenceError, match="BiasAddBackward: triodnn does not run this op"):
+        infer_output_shapes("BiasAddBackward", {}, [(2, 3)], 1)
+    with pytest.raises(UnsupportedError, match="Wildcard op's semantics are the user's; there is no reference"):
+        reference("Wildcard", {}, [np.zeros(3, np.float32)], ["f32"])
+    assert infer_output_shapes("End", {}, [(2, 3)], 0) == []
+
+
+def _cube_shapes(kind, a, shapes, num_outputs):
+    return [shapes[0]]
+
+
+def _lower_cube(b, op):
+    b.run(op, lambda src, dst: EltwiseDesc("pow", src, dst, 1.0, 3.0),
+          {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
+
+
+def _cube_reference(kind, a, inputs, num_outputs):
+    return [np.asarray(inputs[0], np.float64) ** 3]
+
+
+CUBE = GraphOp(OpSchema("Cube", (1, 1), (1, 1), {}, "custom", None, ("src",)),
+               shapes=_cube_shapes, lower=_lower_cube, reference=_cube_reference)
+
+
+async def test_a_new_kind_needs_only_its_declaration(engine):
+    """What a family module does for its kinds, done here for one: with the declaration
+    registered, the kind is checked, partitioned, shaped, lowered, run and referenced, and no
+    compiler pass changes."""
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)
+    with registered(CUBE):
+        graph = Graph("cpu")
+        op = Op(0, "Cube", [LogicalTensor(0, "f32", (4, 6))], [LogicalTensor(1, "f32", (4, 6))], {})
+        graph.add_op(op)
+        graph.finalize()
+        assert is_supported(op)
+        runner = await compile_graph(graph, engine)
+        got = await runner.run(await engine.stream(StreamFlags.in_order), {0: x})
+        want = reference("Cube", {}, [x], ["f32"])[0]
+    np.testing.assert_allclose(got[1], want, rtol=ELTWISE_TRANSCENDENTAL, atol=ELTWISE_TRANSCENDENTAL)
+    np.testing.assert_allclose(want, x.astype(np.float64) ** 3, rtol=1e-6)
+    with pytest.raises(InvalidGraphError, match="unknown op kind 'Cube'"):
+        graph_op("Cube")  # gone with the block
