@@ -67,6 +67,27 @@ def memory_desc(name: str):
     return validate
 
 
+def optional_memory_desc(name: str):
+    """An attrs validator: None, or ``check_memory_desc`` on the field's value."""
+
+    def validate(instance, attribute, value) -> None:
+        if value is not None:
+            check_memory_desc(name, value)
+
+    return validate
+
+
+def one_of(name: str, allowed: tuple):
+    """An attrs validator: ``InvalidArgumentError`` naming the field, the value and the allowed
+    values unless the value is one of ``allowed``."""
+
+    def validate(instance, attribute, value) -> None:
+        if value not in allowed:
+            raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}")
+
+    return validate
+
+
 def algorithm(what: str, known: tuple[str, ...]):
     """An attrs validator for an ``alg`` field: ``InvalidArgumentError`` naming the value and the
     known algorithms unless it is one of ``known``; ``what`` reads "an eltwise", "a pooling"."""

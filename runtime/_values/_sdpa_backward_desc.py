@@ -8,26 +8,10 @@ import attrs
 from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, memory_desc, one_of, op_kind, optional_memory_desc
 from ._sdpa_desc import CAUSAL, FLOAT_DTYPES, SCALE_MODES
 
 PARTS: tuple[str, ...] = ("dq", "dkdv")
-
-
-def _optional_memory_desc(name: str):
-    def validate(instance, attribute, value) -> None:
-        if value is not None:
-            check_memory_desc(name, value)
-
-    return validate
-
-
-def _one_of(name: str, allowed: tuple):
-    def validate(instance, attribute, value) -> None:
-        if value not in allowed:
-            raise InvalidArgumentError(f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}")
-
-    return validate
 
 
 @op_kind
@@ -51,7 +35,7 @@ class SdpaBackwardDesc(OpDesc):
     diff_query, [delta_out] (dq) or diff_key, diff_value (dkdv).
     """
 
-    part: str = attrs.field(validator=_one_of("part", PARTS))
+    part: str = attrs.field(validator=one_of("part", PARTS))
     query: MemoryDesc = attrs.field(validator=memory_desc("query"))
     key: MemoryDesc = attrs.field(validator=memory_desc("key"))
     value: MemoryDesc = attrs.field(validator=memory_desc("value"))
@@ -59,18 +43,18 @@ class SdpaBackwardDesc(OpDesc):
     diff_dst: MemoryDesc = attrs.field(validator=memory_desc("diff_dst"))
     stats: MemoryDesc = attrs.field(validator=memory_desc("stats"))
     diff_query: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                validator=_optional_memory_desc("diff_query"))
+                                                validator=optional_memory_desc("diff_query"))
     diff_key: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                              validator=_optional_memory_desc("diff_key"))
+                                              validator=optional_memory_desc("diff_key"))
     diff_value: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                validator=_optional_memory_desc("diff_value"))
-    scale: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("scale"))
-    scale_mode: str = attrs.field(default="multiply", kw_only=True, validator=_one_of("scale_mode", SCALE_MODES))
-    mask: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("mask"))
-    causal: str | None = attrs.field(default=None, kw_only=True, validator=_one_of("causal", (None,) + CAUSAL))
-    delta: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("delta"))
+                                                validator=optional_memory_desc("diff_value"))
+    scale: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("scale"))
+    scale_mode: str = attrs.field(default="multiply", kw_only=True, validator=one_of("scale_mode", SCALE_MODES))
+    mask: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("mask"))
+    causal: str | None = attrs.field(default=None, kw_only=True, validator=one_of("causal", (None,) + CAUSAL))
+    delta: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("delta"))
     delta_out: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                               validator=_optional_memory_desc("delta_out"))
+                                               validator=optional_memory_desc("delta_out"))
 
     kind = "sdpa_backward"
     ARGS = (

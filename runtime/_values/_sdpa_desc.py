@@ -8,7 +8,7 @@ import attrs
 from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
-from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, op_kind
+from ._op_desc import Arg, OpDesc, check_memory_desc, memory_desc, one_of, op_kind, optional_memory_desc
 from ._quantization import QUANTIZED_TYPES, ROUNDINGS, Quantization
 
 CAUSAL: tuple[str, ...] = ("top_left", "bottom_right")
@@ -22,24 +22,6 @@ def _optional_quantization(name: str):
     def validate(instance, attribute, value) -> None:
         if value is not None and not isinstance(value, Quantization):
             raise InvalidArgumentError(f"{name} must be a Quantization or None, not {type(value).__name__}")
-
-    return validate
-
-
-def _optional_memory_desc(name: str):
-    def validate(instance, attribute, value) -> None:
-        if value is not None:
-            check_memory_desc(name, value)
-
-    return validate
-
-
-def _one_of(name: str, allowed: tuple):
-    def validate(instance, attribute, value) -> None:
-        if value not in allowed:
-            raise InvalidArgumentError(
-                f"{name} {value!r} is not one of {', '.join(map(repr, allowed))}"
-            )
 
     return validate
 
@@ -95,21 +77,21 @@ class SdpaDesc(OpDesc):
     key: MemoryDesc = attrs.field(validator=memory_desc("key"))
     value: MemoryDesc = attrs.field(validator=memory_desc("value"))
     dst: MemoryDesc = attrs.field(default=None)
-    mask: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("mask"))
-    scale: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("scale"))
-    scale_mode: str = attrs.field(default="multiply", kw_only=True, validator=_one_of("scale_mode", SCALE_MODES))
-    causal: str | None = attrs.field(default=None, kw_only=True, validator=_one_of("causal", (None,) + CAUSAL))
-    softcap: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("softcap"))
+    mask: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("mask"))
+    scale: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("scale"))
+    scale_mode: str = attrs.field(default="multiply", kw_only=True, validator=one_of("scale_mode", SCALE_MODES))
+    causal: str | None = attrs.field(default=None, kw_only=True, validator=one_of("causal", (None,) + CAUSAL))
+    softcap: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("softcap"))
     select_mask: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                 validator=_optional_memory_desc("select_mask"))
-    fill: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("fill"))
+                                                 validator=optional_memory_desc("select_mask"))
+    fill: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("fill"))
     fill_if: bool = attrs.field(default=False, kw_only=True, converter=bool)
     fill_before_scale: bool = attrs.field(default=False, kw_only=True, converter=bool)
-    stats: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("stats"))
+    stats: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("stats"))
     causal_add: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                validator=_optional_memory_desc("causal_add"))
+                                                validator=optional_memory_desc("causal_add"))
     causal_sub: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                validator=_optional_memory_desc("causal_sub"))
+                                                validator=optional_memory_desc("causal_sub"))
     query_quant: Quantization | None = attrs.field(default=None, kw_only=True,
                                                    validator=_optional_quantization("query_quant"))
     key_quant: Quantization | None = attrs.field(default=None, kw_only=True,
@@ -121,13 +103,13 @@ class SdpaDesc(OpDesc):
     dst_quant: Quantization | None = attrs.field(default=None, kw_only=True,
                                                  validator=_optional_quantization("dst_quant"))
     key_scales: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                validator=_optional_memory_desc("key_scales"))
-    key_zps: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=_optional_memory_desc("key_zps"))
+                                                validator=optional_memory_desc("key_scales"))
+    key_zps: MemoryDesc | None = attrs.field(default=None, kw_only=True, validator=optional_memory_desc("key_zps"))
     value_scales: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                                  validator=_optional_memory_desc("value_scales"))
+                                                  validator=optional_memory_desc("value_scales"))
     value_zps: MemoryDesc | None = attrs.field(default=None, kw_only=True,
-                                               validator=_optional_memory_desc("value_zps"))
-    score_rounding: str = attrs.field(default="f32", kw_only=True, validator=_one_of("score_rounding", ROUNDINGS))
+                                               validator=optional_memory_desc("value_zps"))
+    score_rounding: str = attrs.field(default="f32", kw_only=True, validator=one_of("score_rounding", ROUNDINGS))
 
     kind = "sdpa"
     ARGS = (
