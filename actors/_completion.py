@@ -75,11 +75,7 @@ class _PollInstrument(trio.abc.Instrument):
         self._actor = actor
 
     def before_io_wait(self, timeout: float) -> None:
-        actor = self._actor
-        if actor._to_flush:
-            actor._flush_streams()
-        if actor._pending:
-            actor._poll()
+        self._actor.flush_and_poll()
 
 
 class QueueWaiter:
@@ -217,6 +213,14 @@ class CompletionActor:
     def flush_soon(self, stream_actor) -> None:
         """Flush ``stream_actor``'s queues at the end of this scheduler pass."""
         self._to_flush.append(stream_actor)
+
+    def flush_and_poll(self) -> None:
+        """Once a scheduler pass, before trio waits for I/O (``_PollInstrument``): flush the
+        streams' enqueued commands, so the device starts them, and poll the pending events."""
+        if self._to_flush:
+            self._flush_streams()
+        if self._pending:
+            self._poll()
 
     def _flush_streams(self) -> None:
         streams, self._to_flush = self._to_flush, []

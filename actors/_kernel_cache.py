@@ -18,19 +18,21 @@ from ._reply import ReplySlot
 
 @attrs.define(eq=False)
 class _ResourceLoad:
-    """Reply slot of a load from binary: keeps the result as the cache's resources for ``key``."""
+    """Reply slot of a load from binary: ends the cache's load of ``key`` (``loads``) and keeps its
+    result with ``remember``, the cache's own."""
 
-    cache: KernelCache
+    loads: dict[object, ReplySlot]
+    remember: Callable[[object, BuiltKernel], None]
     key: object
     slot: ReplySlot
 
     def set_value(self, built: BuiltKernel) -> None:
-        del self.cache._loads[self.key]
-        self.cache._remember(self.key, built)
+        del self.loads[self.key]
+        self.remember(self.key, built)
         self.slot.set_value(built)
 
     def set_error(self, error: BaseException) -> None:
-        del self.cache._loads[self.key]
+        del self.loads[self.key]
         self.slot.set_error(error)
 
 
@@ -66,7 +68,7 @@ class KernelCache:
             request = make_load()
             slot = self._loads[key] = ReplySlot()
             try:
-                self._compiler.submit(request, _ResourceLoad(self, key, slot))
+                self._compiler.submit(request, _ResourceLoad(self._loads, self._remember, key, slot))
             except ClosedError:
                 del self._loads[key]
                 raise

@@ -182,6 +182,14 @@ class BlockingPortal:
             return Blocking(self, value)
         return value
 
+    async def host(self, async_fn) -> None:
+        """``nursery.start(async_fn)`` in the nursery the portal keeps inside its runtime (on the
+        runtime's thread): a task that outlives the call, such as an open pipeline's block, which
+        must close before the runtime does."""
+        nursery = self._nursery
+        assert nursery is not None, "the portal's constructor returns once it is serving"
+        await nursery.start(async_fn)
+
     # -- closing -----------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -239,9 +247,9 @@ def _unwrap_args(args, kwargs):
 
 def _unwrap(value):
     if isinstance(value, Blocking):
-        return value._target
+        return value.__triodnn_target__
     if isinstance(value, BlockingPipeline):
-        return value._pipeline
+        return value.pipeline
     if isinstance(value, list):
         return [_unwrap(v) for v in value]
     if isinstance(value, tuple):
@@ -321,13 +329,19 @@ class Blocking:
         """The portal behind this object: async entry points given it run there (``_portal_route``)."""
         return self._portal
 
+    @property
+    def __triodnn_target__(self):
+        """The object behind this wrapper: what the portal's calls see where it is passed back.
+        A dunder, as ``__triodnn_portal__``: a plain name would hide the target's own."""
+        return self._target
+
     def __getattr__(self, name: str):
         attribute = getattr(type(self._target), name, None)
         if isinstance(attribute, property):
             return self._portal.run_sync(getattr, self._target, name)
         value = getattr(self._target, name)
         if not callable(value):
-            return self._portal._wrap(value)
+            return self._portal.wrap(value)
         if inspect.iscoroutinefunction(value):
             return functools.partial(self._portal.run, value)
         return functools.partial(self._portal.run_sync, value)
@@ -406,6 +420,12 @@ class BlockingPipeline:
     def max_in_flight(self) -> int:
         return self._pipeline.max_in_flight
 
+    @property
+    def pipeline(self) -> Pipeline:
+        """The ``Pipeline`` it drives on the runtime's thread: what the portal's calls see where
+        it is passed back."""
+        return self._pipeline
+
     def statistics(self):
         return self._portal.run_sync(self._pipeline.statistics)
 
@@ -418,9 +438,7 @@ class BlockingPipeline:
 
     async def _start(self) -> None:
         self._leave, self._left = trio.Event(), trio.Event()
-        nursery = self._portal._nursery
-        assert nursery is not None, "the portal's constructor returns once it is serving"
-        await nursery.start(self._host)
+        await self._portal.host(self._host)
 
     async def _host(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         assert self._leave is not None and self._left is not None, "_start made them"

@@ -50,6 +50,11 @@ class CrossEngineReorder(Primitive):
     def impl(self) -> str:
         return "ocl:cross_engine:" + self.spec.impl.removeprefix("ocl:")
 
+    def copy_through(self, peer_stream: Stream) -> None:
+        """Copy through ``peer_stream``, the transfer stream of the engine that does not execute:
+        ``Engine.create_reorder`` opens it once the primitive exists and gives it here."""
+        self._peer_stream = peer_stream
+
     def cache_blob(self) -> bytes:
         raise CacheBlobError(
             "a cross-engine reorder is bound to its engines' OpenCL contexts; it cannot be stored "
@@ -85,8 +90,9 @@ class CrossEngineReorder(Primitive):
             raise ArgumentMismatchError(f"{self.label} takes no argument {unknown[0]}; it takes src, dst")
         return memories[0], memories[1]
 
-    def _submit_across(self, stream: Stream, args, deps: tuple) -> Event:
-        """Submit the copies and the kernel (see the class); returns the event of the last step."""
+    def submit_across(self, stream: Stream, args, deps: tuple) -> Event:
+        """Submit the copies and the kernel (see the class) on ``stream``; returns the event of
+        the last step. ``Stream.execute`` hands a cross-engine reorder over to this."""
         src, dst = self._memories(args)
         here, peer = stream.engine, self._peer_stream
         descs = self.desc.arg_descs  # the reorder's src and dst
@@ -97,17 +103,17 @@ class CrossEngineReorder(Primitive):
                 before = deps
                 if not descs["dst"].is_dense:
                     kept = _host_bytes(descs["dst"])
-                    fetched = peer._read_raw(dst, kept, deps)
-                    before = (*deps, stream._write_raw(tmp, kept, (fetched,)))
-                converted = stream._submit_kernel(self, self._buffers({"src": src, "dst": tmp}, here), before)
+                    fetched = peer.read_bytes(dst, kept, deps)
+                    before = (*deps, stream.write_bytes(tmp, kept, (fetched,)))
+                converted = stream.submit_kernel(self, self.kernel_buffers({"src": src, "dst": tmp}, here), before)
                 host = _host_bytes(descs["dst"])
-                read = stream._read_raw(tmp, host, (converted,))
-                written = peer._write_raw(dst, host, (read,))
-                return stream._marker(self.desc.label + ":cross_engine", (written,))
+                read = stream.read_bytes(tmp, host, (converted,))
+                written = peer.write_bytes(dst, host, (read,))
+                return stream.named_marker(self.desc.label + ":cross_engine", (written,))
             host = _host_bytes(descs["src"])
-            read = peer._read_raw(src, host, deps)
-            written = stream._write_raw(tmp, host, (read,))
-            return stream._submit_kernel(self, self._buffers({"src": tmp, "dst": dst}, here), (*deps, written))
+            read = peer.read_bytes(src, host, deps)
+            written = stream.write_bytes(tmp, host, (read,))
+            return stream.submit_kernel(self, self.kernel_buffers({"src": tmp, "dst": dst}, here), (*deps, written))
         finally:
             # Only stops counting it: the submissions hold the buffer, OpenCL keeps it until
             # the commands using it have finished.

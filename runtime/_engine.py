@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
@@ -30,7 +31,7 @@ from ._values._memory_desc import MemoryDesc
 from ._values._op_desc import OpDesc
 from ._values._reorder_desc import CrossEngineReorderDesc, ReorderDesc
 from ._version import __version__
-from .actors import BuiltKernel, DeviceActor, DeviceHealth, OutOfOrderStrategy
+from .actors import BuiltKernel, CacheActor, DeviceActor, DeviceHealth, OutOfOrderStrategy
 from .kernels import KERNELS, KernelConfig, select_config
 
 if TYPE_CHECKING:
@@ -51,8 +52,8 @@ class Engine:
     _actor: DeviceActor = attrs.field(alias="actor", repr=False)
     _runtime: Runtime = attrs.field(alias="runtime", repr=False)
     out_of_order_strategy: OutOfOrderStrategy = attrs.field(repr=False, default=None)
-    # The in-order stream memory copies go through: set by ``Runtime._open_engine`` before it
-    # returns the engine (the stream needs the engine).
+    # The in-order stream memory copies go through: attached by ``Runtime.open_engine`` before
+    # it returns the engine (the stream needs the engine).
     _host_stream: Stream = attrs.field(init=False, repr=False)
     # Out-of-order stream that cross-engine reorders copy through on this side; opened lazily.
     _transfer_stream: Stream | None = attrs.field(default=None, init=False, repr=False)
@@ -75,6 +76,37 @@ class Engine:
         # The context tells two engines of one device apart (ocl_interop.make_engine, a second
         # runtime): EngineMismatchError's messages print both sides.
         return f"{self.kind}:{self.index} ({self.info.name}, context {self._actor.context.int_ptr:#x})"
+
+    @property
+    def host_stream(self) -> Stream:
+        """The in-order stream ``Memory.write`` and ``Memory.to_numpy`` copy through."""
+        return self._host_stream
+
+    def attach_host_stream(self, stream: Stream) -> None:
+        """Make ``stream`` the ``host_stream``: the runtime does, once, as it opens the engine
+        (a stream needs its engine first)."""
+        self._host_stream = stream
+
+    @property
+    def kernel_config(self) -> KernelConfig:
+        """The kernel configuration chosen for this device (work-group size, local memory,
+        vector width): what the graph layer's fusion decisions weigh."""
+        return self._config
+
+    @property
+    def buffer_releaser(self) -> Callable[..., None]:
+        """The allocator's ``release_buffer(buffer, nbytes, after=submission)`` for this
+        engine's buffers: what a ``Memory``'s finalizer holds, without holding the engine."""
+        return self._actor.allocator.release_buffer
+
+    @property
+    def partition_cache(self) -> CacheActor:
+        """The actor of the compiled-partition cache this engine's runtime compiles through."""
+        return self._runtime.partition_cache
+
+    def opened_by(self, runtime: Runtime) -> bool:
+        """Whether ``runtime`` opened this engine (and serves its actors)."""
+        return self._runtime is runtime
 
     @property
     def identity(self) -> EngineIdentity:
@@ -176,7 +208,12 @@ class Engine:
 
     async def stream(self, flags: StreamFlags = StreamFlags.in_order) -> Stream:
         """A new stream on this engine; ``out_of_order`` picks the device's strategy."""
-        return await self._runtime._open_stream(self, flags)
+        return await self._runtime.open_stream(self, flags)
+
+    async def stream_on_queue(self, queue: cl.CommandQueue, flags: StreamFlags) -> Stream:
+        """A stream that submits into the caller's ``queue`` of this engine, with ``flags`` that
+        match the queue's properties (``ocl_interop.make_stream`` checked both)."""
+        return await self._runtime.open_stream(self, flags, queue=queue)
 
     async def create_primitive(self, desc: OpDesc) -> Primitive:
         """``desc`` (an EltwiseDesc, BinaryDesc …) compiled for this engine, through the cache.
@@ -217,7 +254,7 @@ class Engine:
             device=self._device_identity,
             build_options=self._build_options,
         )
-        impl, how = await self._runtime._cache_actor.get(key, functools.partial(self._build_impl, key))
+        impl, how = await self._runtime.primitive_cache.get(key, functools.partial(self._build_impl, key))
         built = await self._resources_from(impl)
         primitive = make(
             self, desc, built, build_seconds=impl.build_seconds, entry=impl,
@@ -249,7 +286,7 @@ class Engine:
         for name, engine in (("src_engine", src_engine), ("dst_engine", dst_engine)):
             if not isinstance(engine, Engine):
                 raise InvalidArgumentError(f"{name} is {type(engine).__name__}, expected triodnn.Engine")
-            if engine._runtime is not self._runtime:
+            if not engine.opened_by(self._runtime):
                 raise EngineMismatchError(f"{name} {engine} belongs to another runtime than {self}")
             if engine.closed:
                 raise ClosedError(f"{name} {engine} is closed (its runtime has shut down)")
@@ -269,7 +306,7 @@ class Engine:
         primitive = await executing._create(
             desc, key_desc, CrossEngineReorder, src_engine=src_engine, dst_engine=dst_engine
         )
-        primitive._peer_stream = await peer._open_transfer_stream()
+        primitive.copy_through(await peer._open_transfer_stream())
         return primitive
 
     async def _open_transfer_stream(self) -> Stream:
@@ -282,7 +319,7 @@ class Engine:
     def primitive_cache_blob(self) -> bytes:
         """Every cached implementation for this engine's device, as bytes: what
         ``load_primitive_cache_blob`` needs, in a new process, to create them without compiling."""
-        cache = self._runtime._cache_actor.cache
+        cache = self._runtime.primitive_cache.cache
         impls = [
             impl for impl in cache.values()
             if impl.key.device == self._device_identity and _cache_blob.serializable(impl.key)
@@ -294,12 +331,13 @@ class Engine:
         engine; returns how many entered the cache (none at capacity 0, none already there).
         ``CacheBlobError`` for a blob of another device or
         triodnn version, or a corrupt one; nothing is loaded then."""
-        return await self._load_impls(_cache_blob.load(blob, self._device_identity, __version__))
+        return await self.load_primitive_impls(_cache_blob.load(blob, self._device_identity, __version__))
 
-    async def _load_impls(self, impls: list[PrimitiveImpl]) -> int:
-        """``load_primitive_cache_blob`` for a blob already read (``Runtime.engine(cache_blob=)``)."""
+    async def load_primitive_impls(self, impls: list[PrimitiveImpl]) -> int:
+        """``load_primitive_cache_blob`` for a blob already read: ``Runtime.engine(cache_blob=)``
+        reads it before the engine opens, to check it and to skip the device's probes."""
         self._runtime.check_thread("a primitive cache blob", f"loaded into engine {self}")
-        cache = self._runtime._cache_actor.cache
+        cache = self._runtime.primitive_cache.cache
         inserted = 0
         async with trio.open_nursery() as nursery:
             for impl in impls:
@@ -315,7 +353,7 @@ class Engine:
             raise CacheBlobError(f"blob holds {len(impls)} primitives; expected one (primitive.cache_blob())")
         (impl,) = impls
         self._runtime.check_thread(impl.key.desc.label, f"loaded from a cache blob into engine {self}")
-        self._runtime._cache_actor.cache.insert(impl.key, impl)
+        self._runtime.primitive_cache.cache.insert(impl.key, impl)
         built = await self._resources_from(impl)
         return Primitive(
             self, impl.key.desc, built, build_seconds=impl.build_seconds,

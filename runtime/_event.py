@@ -56,6 +56,12 @@ class Event:
         return f"<triodnn.Event {self._submission.label} {self._submission.state}>"
 
     @property
+    def submission(self) -> Submission:
+        """The actors' record of the command: what a stream hands its actor for this event in
+        ``deps``, and where interop reads whether it was enqueued."""
+        return self._submission
+
+    @property
     def label(self) -> str:
         """What the command is: the primitive's label, ``write:<desc>``, ``marker`` …"""
         return self._submission.label

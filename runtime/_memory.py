@@ -9,6 +9,7 @@ import attrs
 import numpy as np
 import pyopencl as cl
 
+from ._event import Event
 from ._values import _int4
 from ._values._dtypes import PACKED_TYPES, convert_input, from_storage, stored_as_bits
 from ._values._errors import ArgumentMismatchError, ClosedError
@@ -39,7 +40,7 @@ class Memory:
         if self._viewed is None:
             assert self._buffer is not None, "a new memory holds its buffer (None only once released)"
             self._finalizer = weakref.finalize(
-                self, self.engine._actor.allocator.release_buffer, self._buffer, self.desc.nbytes
+                self, self.engine.buffer_releaser, self._buffer, self.desc.nbytes
             )
 
     def view(self, desc: MemoryDesc) -> Memory:
@@ -66,9 +67,9 @@ class Memory:
     def release(self) -> None:
         """Free the device buffer now; commands already submitted on it still complete (a user
         allocator's ``free`` gets the event after which they have)."""
-        self._release()
+        self.release_after(None)
 
-    def _release(self, after=None) -> None:
+    def release_after(self, after: Event | None) -> None:
         """``release()``; ``after``, an Event known to complete after every use of the buffer,
         spares the engine working that out (a compiled partition's temporaries)."""
         if self._buffer is not None:
@@ -77,7 +78,7 @@ class Memory:
             detached = finalizer.detach() if finalizer is not None else None
             if detached is not None:
                 _, release_buffer, args, _ = detached
-                release_buffer(*args, after=None if after is None else after._submission)
+                release_buffer(*args, after=None if after is None else after.submission)
 
     def __enter__(self) -> Memory:
         return self
@@ -90,16 +91,16 @@ class Memory:
         dtype is converted by triodnn's input policy (docs/runtime.md, Inputs): floats round into float
         memory, boolean memory takes ``value != 0``, integer memory exact values only (else
         ``ArgumentMismatchError``)."""
-        await self.engine._host_stream.write(self, array, deps=deps)
+        await self.engine.host_stream.write(self, array, deps=deps)
 
     async def to_numpy(self, *, deps=()) -> np.ndarray:
         """A new array with this memory's contents, after ``deps`` complete."""
         if self.desc.dtype in PACKED_TYPES:  # the buffer's nibbles, unpacked to one a value
             packed = np.empty(self.desc.nbytes, dtype=np.uint8)
-            await self.engine._host_stream._read_raw(self, packed, deps)
+            await self.engine.host_stream.read_bytes(self, packed, deps)
             return unstage(self.desc, _int4.unpack(packed, self.desc.span, self.desc.dtype))
         staging = np.empty(self.desc.span, dtype=self.desc.numpy_dtype)
-        await self.engine._host_stream._read_raw(self, staging, deps)
+        await self.engine.host_stream.read_bytes(self, staging, deps)
         return from_storage(unstage(self.desc, staging), self.desc.dtype)
 
 

@@ -89,8 +89,9 @@ class Primitive:
             raise CacheBlobError(f"{type(self.desc).__name__} descriptors cannot be stored in a blob")
         return _cache_blob.dump([self._entry], self._entry.key.device, __version__)
 
-    def _buffers(self, args, engine: Engine) -> tuple[cl.Buffer, ...]:
-        """The kernel's buffer arguments in order, after checking every passed Memory."""
+    def kernel_buffers(self, args, engine: Engine) -> tuple[cl.Buffer, ...]:
+        """The kernel's buffer arguments in order, after checking every passed Memory against
+        this primitive and ``engine``'s context: what a stream submits the kernel with."""
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"args must be a dict of name -> Memory, got {type(args).__name__}")
         buffers = []

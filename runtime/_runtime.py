@@ -147,27 +147,81 @@ def find_device(kind: str, index: int) -> DeviceRecord:
     )
 
 
+class _RuntimeActors:
+    """The actors of one runtime, by the order they stop in, and the nursery they serve in.
+    ``open_runtime`` owns it: it starts the cache actors, lends it to the ``Runtime`` (which
+    starts the actors of the engines and streams it opens) and stops them all as its block ends."""
+
+    def __init__(self, nursery: trio.Nursery, completion_scope: trio.CancelScope) -> None:
+        self.nursery = nursery
+        self.completion_scope = completion_scope
+        # Compiled partitions: their compiles create primitives through the primitive cache's
+        # actor and may use streams, so theirs stops first.
+        self.partition_caches: list[tuple[CacheActor, trio.Event]] = []
+        self.streams: list[tuple[StreamActor, trio.Event]] = []
+        self.caches: list[tuple[CacheActor, trio.Event]] = []
+        self.engines: list[tuple[DeviceActor, trio.Event]] = []
+        # Holders of kept scratch buffers (``graph._replay.Replay``), released at shutdown.
+        self.scratch_owners: weakref.WeakSet = weakref.WeakSet()
+
+    async def start(self, actor, registry: list) -> None:
+        """Start ``actor`` serving in the nursery; ``registry`` (one of the lists above) says
+        when it stops."""
+        exited = trio.Event()
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED):
+            try:
+                await actor.serve(task_status=task_status)
+            finally:
+                exited.set()
+
+        await self.nursery.start(run)
+        registry.append((actor, exited))
+
+    async def stop(self, runtime: Runtime) -> None:
+        """Partition compiles finish, streams drain and finish their queues, engines finish their
+        builds, then callbacks stop. Compiled partitions of ``runtime``'s engines, useless once
+        the engines close, leave the process-global cache (not counted as evictions)."""
+        for registry in (self.partition_caches, self.streams, self.caches, self.engines):
+            for actor, _ in registry:
+                actor.close()
+            for _, exited in registry:
+                await exited.wait()
+            if registry is self.streams:
+                # Scratch buffers compiled partitions keep between runs: every queue is finished,
+                # and the engines (a user allocator's free) are still open.
+                for owner in list(self.scratch_owners):
+                    owner.release_scratch()
+        global_compiled_partition_cache().discard_if(lambda key, compiled: _compiled_by(compiled, runtime))
+        self.completion_scope.cancel()
+
+
+def _compiled_by(compiled, runtime: Runtime) -> bool:
+    """Whether a compiled-partition cache entry was compiled on an engine ``runtime`` opened."""
+    engine = getattr(compiled, "engine", None)
+    return isinstance(engine, Engine) and engine.opened_by(runtime)
+
+
 class Runtime:
     """Holds the actors of one ``open_runtime()`` block; open engines from it."""
 
-    def __init__(
-        self, nursery: trio.Nursery, completion: CompletionActor, completion_scope: trio.CancelScope
-    ) -> None:
-        self._nursery = nursery
+    def __init__(self, actors: _RuntimeActors, completion: CompletionActor, primitive_cache: CacheActor,
+                 partition_cache: CacheActor) -> None:
+        self._actors = actors
         self._completion = completion
-        self._completion_scope = completion_scope
-        self._cache_actor = CacheActor(global_primitive_cache())
-        self._caches: list[tuple[CacheActor, trio.Event]] = []
-        # Compiled partitions: their compiles create primitives through the cache actor above
-        # and may use streams, so this actor stops first. A compile mostly waits for primitive
-        # builds, which the actor above limits.
-        self._partition_cache_actor = CacheActor(global_compiled_partition_cache(), concurrent_builds=math.inf)
-        self._partition_caches: list[tuple[CacheActor, trio.Event]] = []
-        self._streams: list[tuple[StreamActor, trio.Event]] = []
-        self._engines: list[tuple[DeviceActor, trio.Event]] = []
-        # Holders of kept scratch buffers (``graph._replay.Replay``), released at shutdown.
-        self._scratch_owners: weakref.WeakSet = weakref.WeakSet()
+        self._cache_actor = primitive_cache
+        self._partition_cache_actor = partition_cache
         self.closed = False
+
+    @property
+    def primitive_cache(self) -> CacheActor:
+        """The actor of the process-global primitive cache, serving this runtime's engines."""
+        return self._cache_actor
+
+    @property
+    def partition_cache(self) -> CacheActor:
+        """The actor of the process-global compiled-partition cache, serving this runtime's engines."""
+        return self._partition_cache_actor
 
     async def engine(self, kind: str | None = None, index: int | None = None, *,
                      cache_blob: bytes | None = None) -> Engine:
@@ -202,15 +256,19 @@ class Runtime:
             context = await trio.to_thread.run_sync(cl.Context, [record.device])
         except cl.Error as exc:
             raise _context_failed(f"{kind}:{record.index}", exc) from exc
-        engine = await self._open_engine(record.device, context, kind, record.index, split=split)
+        engine = await self.open_engine(record.device, context, kind, record.index, split=split)
         if impls is not None:
-            await engine._load_impls(impls)
+            await engine.load_primitive_impls(impls)
         return engine
 
-    async def _open_engine(
+    async def open_engine(
         self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None,
         split: bool | None = None,
     ) -> Engine:
+        """An engine ``kind:index`` on ``device`` in ``context`` (``engine`` makes the context;
+        ``ocl_interop.make_engine`` passes the caller's, with its ``allocator``): its device
+        actor started and its host stream open. ``split``: the device's float16 call answer, when
+        a cache blob gave it (else probed for CPU devices)."""
         self._check_open()
         self.check_thread(f"engine {kind}:{index}", "opened")
         facts = describe_device(device)
@@ -226,14 +284,16 @@ class Runtime:
             compute_units=info.max_compute_units,
         )
         actor = DeviceActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
-        await self._start(actor, self._engines)
+        await self._actors.start(actor, self._actors.engines)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
-        engine._host_stream = await self._open_stream(engine, StreamFlags.in_order)
+        engine.attach_host_stream(await self.open_stream(engine, StreamFlags.in_order))
         return engine
 
-    async def _open_stream(
+    async def open_stream(
         self, engine: Engine, flags: StreamFlags, queue: cl.CommandQueue | None = None
     ) -> Stream:
+        """A new stream of ``engine`` (``Engine.stream``), submitting into the caller's ``queue``
+        when given (``Engine.stream_on_queue``): its stream actor started."""
         self._check_open()
         self.check_thread(f"a stream of {engine}", "opened")
         flags = check_flags(flags)
@@ -251,22 +311,11 @@ class Runtime:
             completion=self._completion, instruments=INSTRUMENTS, spread=strategy.spread,
             health=engine.health,
         )
-        await self._start(actor, self._streams)
+        await self._actors.start(actor, self._actors.streams)
         return Stream(
-            engine, flags, actor, strategy=actor.mode, watchers=INSTRUMENTS.completion_watchers()
+            engine, flags, actor, strategy=actor.mode, watchers=INSTRUMENTS.completion_watchers(),
+            nursery=self._actors.nursery,
         )
-
-    async def _start(self, actor, registry: list) -> None:
-        exited = trio.Event()
-
-        async def run(task_status=trio.TASK_STATUS_IGNORED):
-            try:
-                await actor.serve(task_status=task_status)
-            finally:
-                exited.set()
-
-        await self._nursery.start(run)
-        registry.append((actor, exited))
 
     def _check_open(self) -> None:
         if self.closed:
@@ -281,27 +330,7 @@ class Runtime:
 
     def keep_until_shutdown(self, owner) -> None:
         """``Engine.keep_until_shutdown``: ``owner.release_scratch()`` at shutdown (held weakly)."""
-        self._scratch_owners.add(owner)
-
-    async def _shutdown(self) -> None:
-        """Partition compiles finish, streams drain and finish their queues, engines finish their
-        builds, then callbacks stop. Compiled partitions of this runtime's engines, useless once
-        the engines close, leave the process-global cache (not counted as evictions)."""
-        self.closed = True
-        for registry in (self._partition_caches, self._streams, self._caches, self._engines):
-            for actor, _ in registry:
-                actor.close()
-            for _, exited in registry:
-                await exited.wait()
-            if registry is self._streams:
-                # Scratch buffers compiled partitions keep between runs: every queue is finished,
-                # and the engines (a user allocator's free) are still open.
-                for owner in list(self._scratch_owners):
-                    owner.release_scratch()
-        global_compiled_partition_cache().discard_if(
-            lambda key, compiled: getattr(getattr(compiled, "engine", None), "_runtime", None) is self
-        )
-        self._completion_scope.cancel()
+        self._actors.scratch_owners.add(owner)
 
     def statistics(self):
         return self._completion.statistics()
@@ -343,9 +372,13 @@ async def open_runtime() -> AsyncIterator[Runtime]:
                     await completion.serve(task_status=task_status)
 
             await nursery.start(run_completion)
-            runtime = Runtime(nursery, completion, completion_scope)
-            await runtime._start(runtime._cache_actor, runtime._caches)
-            await runtime._start(runtime._partition_cache_actor, runtime._partition_caches)
+            actors = _RuntimeActors(nursery, completion_scope)
+            primitive_cache = CacheActor(global_primitive_cache())
+            # A compile mostly waits for primitive builds, which the primitive cache's actor limits.
+            partition_cache = CacheActor(global_compiled_partition_cache(), concurrent_builds=math.inf)
+            await actors.start(primitive_cache, actors.caches)
+            await actors.start(partition_cache, actors.partition_caches)
+            runtime = Runtime(actors, completion, primitive_cache, partition_cache)
             token = _current.set(runtime)
             try:
                 yield runtime
@@ -355,7 +388,8 @@ async def open_runtime() -> AsyncIterator[Runtime]:
             finally:
                 _current.reset(token)
                 with trio.CancelScope(shield=True):
-                    await runtime._shutdown()
+                    runtime.closed = True  # first: nothing opens while the actors stop
+                    await actors.stop(runtime)
     except BaseExceptionGroup as group:
         if body_error is not None and len(group.exceptions) == 1 and group.exceptions[0] is body_error:
             raise body_error from None

@@ -76,7 +76,7 @@ def check_deps(deps) -> tuple:
     checked = []
     for i, dep in enumerate(deps):
         if isinstance(dep, Event):
-            dep = dep._submission
+            dep = dep.submission
         elif not isinstance(dep, (Submission, cl.Event)):  # Submission: deps checked once already
             raise InvalidArgumentError(
                 f"deps[{i}] is {type(dep).__name__}; expected triodnn.Event or pyopencl.Event"
@@ -105,7 +105,8 @@ class Stream:
     strategy: str = attrs.field(default="in_order")
     # Instruments told of every completion on this stream, asked when it opened.
     _watchers: tuple = attrs.field(default=(), repr=False)
-    _nursery: trio.Nursery = attrs.field(init=False, repr=False)  # the runtime's, for watcher tasks
+    # The runtime's, where the watchers' tasks run.
+    _nursery: trio.Nursery = attrs.field(alias="nursery", kw_only=True, repr=False)
 
     @property
     def cl_queues(self) -> tuple[cl.CommandQueue, ...]:
@@ -127,6 +128,16 @@ class Stream:
         recorded sequence (a compiled partition's kernels, a graph request) is then submitted
         command by command, so that each shows."""
         return bool(INSTRUMENTS.submit_hooks or INSTRUMENTS.enqueue_hooks or self._watchers)
+
+    def check_can_submit(self, label: str) -> None:
+        """Raise now what a submission named ``label`` would meet: the stream closed (its
+        refusal), or the caller off its trio run (``WrongThreadError``). For a submitter that
+        takes something (a scratch set) before it submits."""
+        actor = self._actor
+        if actor.closed:
+            raise actor.refusal(str(self.engine))
+        if not actor.on_run_thread():
+            self.check_submitter(label)
 
     def check_submitter(self, label: str) -> None:
         """``WrongThreadError`` naming ``label`` unless the caller runs in this stream's trio run,
@@ -153,9 +164,6 @@ class Stream:
         actor.submit(KernelSequence(submission, deps, plan, buffers, keys, after, uploads, downloads))
         note_uses(uses, submission)
         return Event(submission)
-
-    def __attrs_post_init__(self) -> None:
-        self._nursery = self.engine._runtime._nursery
 
     def _submission(self, label: str) -> Submission:
         actor = self._actor
@@ -188,10 +196,10 @@ class Stream:
                 f"primitive {primitive.label} was created on {primitive.engine}, "
                 f"not on this stream's {self.engine}"
             )
-        across = getattr(primitive, "_submit_across", None)
+        across = getattr(primitive, "submit_across", None)
         if across is not None:  # a cross-engine reorder: copies around the kernel, see there
             return across(self, args, deps)
-        buffers = primitive._buffers(args, self.engine)
+        buffers = primitive.kernel_buffers(args, self.engine)
         # _launch, inlined: the hot path, where each Python call costs about 2% of execute().
         actor = self._actor
         if actor.closed:
@@ -209,8 +217,9 @@ class Stream:
         note_uses(buffers, submission)
         return event
 
-    def _submit_kernel(self, primitive: Primitive, buffers: tuple, deps, started: int = 0) -> Event:
-        """``primitive`` on ``buffers`` (its kernel's arguments, in order) after ``deps``."""
+    def submit_kernel(self, primitive: Primitive, buffers: tuple, deps, started: int = 0) -> Event:
+        """``primitive`` on ``buffers`` (its kernel's arguments, in order, checked by the caller)
+        after ``deps``: for a primitive that binds its own buffers (the cross-engine reorder)."""
         return self._launch(primitive, buffers, check_deps(deps), started)
 
     def _launch(self, primitive: Primitive, buffers: tuple, deps: tuple, started: int) -> Event:
@@ -255,16 +264,18 @@ class Stream:
                 f"{memory.desc.dims}, got {getattr(out, 'dtype', type(out).__name__)} "
                 f"{getattr(out, 'shape', '')}"
             )
-        return self._read_raw(memory, out, deps)
+        return self.read_bytes(memory, out, deps)
 
-    def _read_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
-        """Copy ``memory``'s bytes, gaps included, into the flat ``host`` array."""
+    def read_bytes(self, memory: Memory, host: np.ndarray, deps) -> Event:
+        """Copy ``memory``'s bytes, gaps included, into the flat ``host`` array, unconverted:
+        ``Memory.to_numpy`` and the cross-engine reorder stage through it."""
         started = _started()
         buffer = self._buffer_of(memory, "memory")
         return self._copy(ReadBuffer, f"read:{memory.desc}", check_deps(deps), buffer, host, started)
 
-    def _write_raw(self, memory: Memory, host: np.ndarray, deps) -> Event:
-        """Copy the flat ``host`` array (``memory``'s bytes, gaps included) into ``memory``."""
+    def write_bytes(self, memory: Memory, host: np.ndarray, deps) -> Event:
+        """Copy the flat ``host`` array (``memory``'s bytes, gaps included) into ``memory``,
+        unconverted: the cross-engine reorder's side of its copies through the host."""
         started = _started()
         buffer = self._buffer_of(memory, "memory")
         return self._copy(WriteBuffer, f"write:{memory.desc}", check_deps(deps), buffer, host, started)
@@ -276,14 +287,15 @@ class Stream:
         note_uses((buffer,), submission)
         return event
 
-    def _marker(self, label: str, deps) -> Event:
-        """A marker named ``label``: completes when ``deps`` have (or all before it, in order)."""
+    def named_marker(self, label: str, deps) -> Event:
+        """A marker named ``label`` (as instruments show it): completes when ``deps`` have (or
+        all before it, in order). The cross-engine reorder ends its copies with one."""
         started = _started()
         return self._hand_over(Marker(self._submission(label), check_deps(deps)), started)
 
     def marker(self, deps=_NO_DEPS) -> Event:
         """An event that completes when every command submitted so far (or ``deps``) has."""
-        return self._marker("marker", deps)
+        return self.named_marker("marker", deps)
 
     def barrier(self, deps=_NO_DEPS) -> Event:
         """Like ``marker``, and every later command of this stream waits for it too."""

@@ -357,7 +357,9 @@ class Trace(Instrument):
         with open(path, "w") as file:
             json.dump(self.to_chrome(), file)
 
-    def _stop(self) -> None:
+    def finish(self) -> None:
+        """End the recording once ``record()`` has uninstalled it (``record()`` calls this): stamp
+        ``stopped_ns`` and read the device times of the commands completed by then."""
         self.stopped_ns = time.perf_counter_ns()
         with self._lock:
             self._resolve()
@@ -414,7 +416,7 @@ def record() -> Iterator[Trace]:
             recorder = None
             with contextlib.suppress(KeyError):  # already removed if one of its hooks raised
                 remove_instrument(trace)
-        trace._stop()
+        trace.finish()
 
 
 @contextlib.contextmanager

@@ -136,7 +136,7 @@ async def make_engine(
     kind = device_kind(device)
     same_kind = [r for r in list_devices() if r.kind == kind]
     index = next((r.index for r in same_kind if r.device == device), len(same_kind))
-    engine = await runtime._open_engine(device, context, kind, index, allocator=allocator)
+    engine = await runtime.open_engine(device, context, kind, index, allocator=allocator)
     if cache_blob is not None:
         await engine.load_primitive_cache_blob(bytes(cache_blob))
     return engine
@@ -162,7 +162,7 @@ async def make_stream(engine: Engine, queue: cl.CommandQueue) -> Stream:
     )
     if props & cl.command_queue_properties.PROFILING_ENABLE:
         flags |= StreamFlags.profiling
-    return await engine._runtime._open_stream(engine, flags, queue=queue)
+    return await engine.stream_on_queue(queue, flags)
 
 
 async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
@@ -199,7 +199,7 @@ async def execute(executable, stream: Stream, *args, deps=()) -> cl.Event:
             "triodnn.graph.CompiledPartition"
         )
     await event.wait_submitted()
-    submission = event._submission
+    submission = event.submission
     if submission.native is None:
         failure = submission.failure
         kind = type(failure) if isinstance(failure, TriodnnError) else ExecutionError

@@ -49,8 +49,9 @@ class ConvolutionBackwardWeightsDesc(OpDesc):
 
     def __attrs_post_init__(self) -> None:
         check_memory_desc("diff_weights", self.diff_weights)
-        nsp = check_spatial(self, "OC, C/groups")
-        groups = self.groups
+        nsp, groups, strides = check_spatial(self, "OC, C/groups")
+        self._set("groups", groups)
+        self._set("strides", strides)
         if self.dilation is not None and 0 in (
             self.dilation if isinstance(self.dilation, (list, tuple)) else (self.dilation,)
         ):

@@ -45,10 +45,11 @@ def _per_axis(name: str, value, nsp: int, default: int, minimum: int) -> tuple[i
     return values
 
 
-def check_spatial(desc, weights_layout: str) -> int:
+def check_spatial(desc, weights_layout: str) -> tuple[int, int, tuple[int, ...]]:
     """The checks convolution and deconvolution share: src of 1 to 3 spatial dims, weights of
-    src's rank (``weights_layout`` names their leading dims in the error), ``groups`` >= 1 and
-    ``strides`` normalised on ``desc``. Returns the number of spatial dims."""
+    src's rank (``weights_layout`` names their leading dims in the error), ``groups`` >= 1.
+    Returns the number of spatial dims, and ``groups`` and ``strides`` normalised for the
+    descriptor to set."""
     check_memory_desc("src", desc.src)
     check_memory_desc("weights", desc.weights)
     if not 3 <= desc.src.ndims <= 5:
@@ -64,9 +65,7 @@ def check_spatial(desc, weights_layout: str) -> int:
     groups = _int("groups", desc.groups)
     if groups < 1:
         raise InvalidArgumentError(f"groups {groups} must be >= 1")
-    desc._set("groups", groups)
-    desc._set("strides", _per_axis("strides", desc.strides, nsp, 1, 1))
-    return nsp
+    return nsp, groups, _per_axis("strides", desc.strides, nsp, 1, 1)
 
 
 def _layout_like(dims: tuple[int, ...], like: MemoryDesc) -> MemoryDesc:
@@ -155,8 +154,9 @@ class ConvolutionDesc(OpDesc):
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
 
     def __attrs_post_init__(self) -> None:
-        nsp = check_spatial(self, "OC, C/groups")
-        groups = self.groups
+        nsp, groups, strides = check_spatial(self, "OC, C/groups")
+        self._set("groups", groups)
+        self._set("strides", strides)
         if self.dilation is not None and 0 in (
             self.dilation if isinstance(self.dilation, (list, tuple)) else (self.dilation,)
         ):

@@ -54,8 +54,9 @@ class DeconvolutionDesc(OpDesc):
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
 
     def __attrs_post_init__(self) -> None:
-        nsp = check_spatial(self, "IC, OC/groups")
-        groups = self.groups
+        nsp, groups, strides = check_spatial(self, "IC, OC/groups")
+        self._set("groups", groups)
+        self._set("strides", strides)
         self._set("dilation", _per_axis("dilation", self.dilation, nsp, 1, 1))
         self._set("padding_l", _per_axis("padding_l", self.padding_l, nsp, 0, 0))
         padding_r = self.padding_l if self.padding_r is None else self.padding_r

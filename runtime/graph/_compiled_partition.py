@@ -236,7 +236,7 @@ class CompiledPartition:
         finally:
             # Freed once the execution is done with them (at once when it never started).
             for memory in scalars:
-                memory._release(after=done)
+                memory.release_after(done)
         return done
 
     def _host_scalars(self, stream: Stream, inputs):
@@ -365,7 +365,7 @@ class CompiledPartition:
         # the buffers until enqueued and OpenCL until their commands finish; a user allocator's
         # free gets ``done`` once it is enqueued.
         for temp in temps:
-            temp._release(after=done)
+            temp.release_after(done)
         return done
 
 
@@ -493,14 +493,14 @@ def _fusion_pays(match, engine: Engine) -> bool:
     q, v = known_shape(match.query), known_shape(match.value)
     sq, d = q[-2], q[-1]
     skv, dv = (v[-1], v[-2]) if match.value_transposed else (v[-2], v[-1])
-    return sdpa_kernel.fusion_pays(sq, skv, d, dv, engine._config, probs_quantized=match.probs_quant is not None)
+    return sdpa_kernel.fusion_pays(sq, skv, d, dv, engine.kernel_config, probs_quantized=match.probs_quant is not None)
 
 
 def _backward_pays(match, engine: Engine) -> bool:
     """Whether the fused SDPA backward beats the ops one by one for this match's sizes on the
     engine's kernel configuration (``kernels.sdpa_backward.fusion_pays``)."""
     (sq, d), skv, dv = known_shape(match.query)[-2:], known_shape(match.key)[-2], known_shape(match.value)[-1]
-    return sdpa_backward_kernel.fusion_pays(sq, skv, d, dv, engine._config)
+    return sdpa_backward_kernel.fusion_pays(sq, skv, d, dv, engine.kernel_config)
 
 
 async def compile_partition(partition: Partition, engine: Engine, inputs: list[LogicalTensor],
@@ -531,7 +531,7 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     chains = find_chains(rest, output_ids) if fuse else {}
     absorbed = in_attention | {op_id for chain in chains.values() for op_id in chain.absorbed}
     # Int8 matmul fusion: Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
-    int8 = find_int8_matmuls(rest, output_ids, chains, engine._config) if fuse else {}
+    int8 = find_int8_matmuls(rest, output_ids, chains, engine.kernel_config) if fuse else {}
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
     int8_conv = find_int8_convolutions(rest, output_ids, chains) if fuse else {}
     absorbed |= {op_id for match in int8_conv.values() for op_id in match.absorbed}

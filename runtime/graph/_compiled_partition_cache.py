@@ -71,7 +71,7 @@ async def compile_cached(partition: Partition, engine: Engine, inputs: list[Logi
         raise InvalidArgumentError(f"engine is {type(engine).__name__}, expected triodnn.Engine")
     engine.check_thread(f"partition {partition.id}", f"compiled for engine {engine}")
     key = CompiledPartitionKey.of(partition, engine, inputs, outputs)
-    actor = engine._runtime._partition_cache_actor
+    actor = engine.partition_cache
     build = functools.partial(
         _compile, compile_partition, partition, engine, list(inputs), list(outputs), shapes
     )

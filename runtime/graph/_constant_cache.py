@@ -42,7 +42,7 @@ Where triodnn differs from oneDNN, and why:
 
 Buffers leave the cache (eviction, a dead array, a cleared cache, a closed engine) only once no
 run that took them still has to submit a command on them, and their memory is freed after the
-commands that used them (``Memory._release(after=)`` with the last one when it is known; the
+commands that used them (``Memory.release_after`` with the last one when it is known; the
 allocator tracks the uses otherwise).
 """
 
@@ -208,7 +208,7 @@ class Entry:
             return False
         if not upload.done:
             return False
-        if upload._submission.failure is not None:
+        if upload.submission.failure is not None:
             return True
         self.upload = None     # completed: later runs need no dependency on it
         return False
@@ -450,7 +450,7 @@ def _free_if_unpinned(entry: Entry) -> None:
     if entry.upload is not None and not entry.upload.done:
         pending.append(entry.upload)
     # One command still running is the last use; with several the allocator works it out.
-    entry.memory._release(after=pending[0] if len(pending) == 1 else None)
+    entry.memory.release_after(pending[0] if len(pending) == 1 else None)
     entry.uses = []
 
 

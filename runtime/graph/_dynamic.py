@@ -98,16 +98,16 @@ class DynamicGraphRunner:
 
     async def run(self, stream: Stream, inputs, *, deps=(), outputs=None, as_tensors: _AsTensors = False) -> dict:
         """``GraphRunner.run`` on the runner of these inputs' shapes (compiled first if new)."""
-        runner = await self._runner_for(inputs)
+        runner = await self.runner_for(inputs)
         return await runner.run(stream, inputs, deps=deps, outputs=outputs, as_tensors=as_tensors)
 
     def map(self, inputs, *, stream: Stream, max_in_flight: int = 4, deps=(), as_tensors: _AsTensors = False) -> Pipeline:
         """``GraphRunner.map``; each request runs on the runner of its inputs' shapes."""
         check_stream(stream, self.engine)
         deps = list(check_deps(deps))
-        return Pipeline(inputs, lambda item: self._request(stream, item, deps, as_tensors), max_in_flight)
+        return Pipeline(inputs, lambda item: self.make_request(stream, item, deps, as_tensors), max_in_flight)
 
-    def _request(self, stream, item, deps, as_tensors) -> _Request:
+    def make_request(self, stream, item, deps, as_tensors) -> _Request:
         """One ``map`` request (also an engine pool's), run on its shapes' runner."""
         return _Request(self, stream, item, list(deps), as_tensors)
 
@@ -129,7 +129,9 @@ class DynamicGraphRunner:
                 )
         return tuple(shapes)
 
-    async def _runner_for(self, inputs) -> GraphRunner:
+    async def runner_for(self, inputs) -> GraphRunner:
+        """The runner of ``inputs``' shapes, compiled now if new (tasks asking for the same new
+        shapes at once share one compile, and its failure)."""
         key = self._key(inputs)
         runner = self._runners.get(key)
         if runner is not None:
@@ -169,5 +171,5 @@ class _Request:
         self._deps, self._as_tensors = deps, as_tensors
 
     async def run(self) -> dict:
-        runner = await self._runner._runner_for(self._item)
+        runner = await self._runner.runner_for(self._item)
         return await runner.run(self._stream, self._item, deps=self._deps, as_tensors=self._as_tensors)

@@ -225,7 +225,7 @@ class EnginePool:
         seen: dict[int, Engine] = {}
         for runner, stream in zip(runners, streams):
             engine = getattr(runner, "engine", None)
-            if not isinstance(engine, Engine) or not hasattr(runner, "_request"):
+            if not isinstance(engine, Engine) or not hasattr(runner, "make_request"):
                 raise InvalidArgumentError(f"{runner!r} is no GraphRunner (compile_graph's result)")
             if not isinstance(stream, Stream) or stream.engine is not engine:
                 raise EngineMismatchError(f"stream {stream!r} is not a stream of the runner's engine {engine}")
@@ -280,7 +280,7 @@ class EnginePool:
 
     def _start(self, item, index: int, as_tensors) -> _PoolRequest:
         lane = self._route(item)
-        request = lane.runner._request(lane.stream, item, (), as_tensors)
+        request = lane.runner.make_request(lane.stream, item, (), as_tensors)
         lane.routed += 1
         lane.running += 1
         lane.peak_running = max(lane.peak_running, lane.running)

@@ -121,6 +121,32 @@ class _InputFacts:
     rows: tuple[tuple[LogicalTensor, MemoryDesc, tuple[int, ...], bool], ...]
 
 
+class _RunCounters:
+    """A runner's counters of ``GraphRunnerStatistics``: its runs (``Execution``,
+    ``SubmittedRequest``) add to them as they go."""
+
+    __slots__ = ("by_name",)
+
+    def __init__(self) -> None:
+        self.by_name = dict.fromkeys(
+            ("runs_started", "runs_finished", "runs_cancelled", "partitions_submitted", "handler_calls",
+             "buffers_allocated", "buffers_released", "uploads"), 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.by_name[name] += n
+
+    def add_if_cancelled(self, exc: BaseException) -> None:
+        """Count a run that ``exc`` ended by cancellation (``trio.Cancelled``, alone or in a
+        group of nothing else)."""
+        if isinstance(exc, BaseExceptionGroup):
+            rest = exc.split(trio.Cancelled)[1]
+            cancelled = rest is None
+        else:
+            cancelled = isinstance(exc, trio.Cancelled)
+        if cancelled:
+            self.by_name["runs_cancelled"] += 1
+
+
 @attrs.define(eq=False)
 class GraphRunner:
     """A whole graph compiled for one engine: ``await run(...)`` one request, ``map(...)`` many.
@@ -141,9 +167,9 @@ class GraphRunner:
     # shapes needs (``DynamicBatcher``'s batch sizes).
     handlers: dict = attrs.field(factory=dict, repr=False, kw_only=True)
     _consumers: dict[int, int] = attrs.field(init=False, repr=False)
-    _counts: dict[str, int] = attrs.field(init=False, repr=False)
+    _counters: _RunCounters = attrs.field(init=False, repr=False, factory=_RunCounters)
     _descs: dict[int, MemoryDesc] = attrs.field(init=False, repr=False, factory=dict)
-    _recorded: bool | None = attrs.field(init=False, repr=False, default=None)  # see _recordable
+    _recorded: bool | None = attrs.field(init=False, repr=False, default=None)  # see recordable
     # A request as one recorded command (``_recorded_request``): made at the first request that
     # can go that way; False when the runner's requests cannot.
     _recording: RequestRecording | bool | None = attrs.field(init=False, repr=False, default=None)
@@ -157,9 +183,12 @@ class GraphRunner:
             for lt in step.inputs:
                 consumers[lt.id] = consumers.get(lt.id, 0) + 1
         self._consumers = consumers
-        self._counts = dict.fromkeys(
-            ("runs_started", "runs_finished", "runs_cancelled", "partitions_submitted", "handler_calls",
-             "buffers_allocated", "buffers_released", "uploads"), 0)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The DAG's steps, each partition compiled or run by a handler, in the order a run
+        submits them."""
+        return self._steps
 
     @property
     def compiled_partitions(self) -> tuple[CompiledPartition, ...]:
@@ -172,9 +201,9 @@ class GraphRunner:
     def statistics(self) -> GraphRunnerStatistics:
         recording = self._recording
         if isinstance(recording, RequestRecording):
-            return GraphRunnerStatistics(**self._counts, request_buffer_sets=recording.buffer_sets,
+            return GraphRunnerStatistics(**self._counters.by_name, request_buffer_sets=recording.buffer_sets,
                                          request_buffers=recording.buffers)
-        return GraphRunnerStatistics(**self._counts)
+        return GraphRunnerStatistics(**self._counters.by_name)
 
     def release_request_buffers(self) -> None:
         """Free the device buffers kept between requests (``statistics().request_buffers``); a
@@ -223,7 +252,7 @@ class GraphRunner:
                 raise ArgumentMismatchError(
                     f"constants[{lt_id}] has shape {array.shape}; graph input {lt_id} is {shape}"
                 )
-            desc = self._desc(lt)
+            desc = self.memory_desc(lt)
             staged[lt_id] = (np.zeros(desc.dims, desc.numpy_dtype) if lt.is_empty else
                              convert_input(array, desc.dtype, f"constants[{lt_id}]").reshape(desc.dims))
         uploaded: dict[int, Tensor] = {}
@@ -231,9 +260,9 @@ class GraphRunner:
             for lt_id, value in staged.items():
                 if isinstance(value, np.ndarray):
                     lt = by_id[lt_id]
-                    tensor = uploaded[lt_id] = _tensor(lt, self.engine, self.engine.memory(self._desc(lt)))
+                    tensor = uploaded[lt_id] = _tensor(lt, self.engine, self.engine.memory(self.memory_desc(lt)))
                     await tensor.memory.write(value)
-                    self._count("uploads")
+                    self._counters.add("uploads")
         except BaseException:
             for tensor in uploaded.values():
                 tensor.memory.release()
@@ -299,9 +328,44 @@ class GraphRunner:
         return Pipeline(inputs, lambda item: self._execution(stream, item, deps, None, as_tensors, copy_inputs=True),
                         max_in_flight)
 
-    def _request(self, stream, item, deps, as_tensors) -> Execution:
+    def make_request(self, stream, item, deps, as_tensors) -> Execution:
         """One engine pool request: ``map``'s, with ``as_tensors`` as ``run`` takes it."""
         return self._execution(stream, item, deps, None, self._tensor_outputs(as_tensors), copy_inputs=True)
+
+    # -- what its runs (Execution) ask of it ------------------------------------------------
+
+    def recordable(self) -> bool:
+        """Whether a run can go as one straight line (``Execution._run_recorded``): every step
+        compiled, each step's inputs graph inputs or outputs of steps before it, every graph
+        output produced by a step and readable by a plain read (row-major, not bf16)."""
+        recordable = self._recorded
+        if recordable is None:
+            produced = {lt.id for lt in self.inputs}
+            recordable = True
+            for step in self._steps:
+                if step.compiled is None or any(lt.id not in produced for lt in step.inputs):
+                    recordable = False
+                    break
+                produced.update(lt.id for lt in step.outputs)
+            inputs = {lt.id for lt in self.inputs}
+            for lt in self.outputs:
+                desc = self.memory_desc(lt)
+                if lt.id in inputs or lt.id not in produced or not _reads_directly(desc) or lt.is_empty:
+                    recordable = False
+            self._recorded = recordable
+        return recordable
+
+    def consumer_count(self, lt_id: int) -> int:
+        """How many steps read logical tensor ``lt_id``: a run frees its buffer after the last."""
+        return self._consumers.get(lt_id, 0)
+
+    def memory_desc(self, lt: LogicalTensor) -> MemoryDesc:
+        """The memory descriptor of ``lt``'s buffers, worked out once per logical tensor: runs
+        allocate and check with it."""
+        desc = self._descs.get(lt.id)
+        if desc is None:
+            desc = self._descs[lt.id] = lt.memory_desc()
+        return desc
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -316,7 +380,7 @@ class GraphRunner:
             copy_inputs = False  # the submission copies them anyway, into pinned memory
         values = self._bind_inputs(inputs, copy_inputs)
         given_outputs = self._bind_outputs(outputs, values)
-        return Execution(self, stream, values, deps, given_outputs, as_tensors, recording)
+        return Execution(self, self._counters, stream, values, deps, given_outputs, as_tensors, recording)
 
     def _tensor_outputs(self, as_tensors) -> frozenset[int]:
         """The output ids ``as_tensors`` hands over as Tensors: all (True), none (False), or
@@ -414,7 +478,7 @@ class GraphRunner:
         facts = self._facts
         if facts is None:
             ids = tuple(lt.id for lt in self.inputs)
-            rows = tuple((lt, self._desc(lt), known_shape(lt), lt.is_empty) for lt in self.inputs)
+            rows = tuple((lt, self.memory_desc(lt), known_shape(lt), lt.is_empty) for lt in self.inputs)
             facts = self._facts = _InputFacts(ids, frozenset(ids), rows)
         return facts
 
@@ -425,7 +489,7 @@ class GraphRunner:
         since partitions bind tensors by logical tensor id."""
         if tensor.released:
             raise ClosedError(f"{role}[{lt.id}] was released")
-        want = self._desc(lt)
+        want = self.memory_desc(lt)
         if tensor.memory.desc != want:
             raise ArgumentMismatchError(
                 f"{role}[{lt.id}] has memory {tensor.memory.desc}; the graph expects {want}"
@@ -465,55 +529,25 @@ class GraphRunner:
             bound[lt_id] = tensor
         return bound
 
-    def _recordable(self) -> bool:
-        """Whether a run can go as one straight line (``Execution._run_recorded``): every step
-        compiled, each step's inputs graph inputs or outputs of steps before it, every graph
-        output produced by a step and readable by a plain read (row-major, not bf16)."""
-        recordable = self._recorded
-        if recordable is None:
-            produced = {lt.id for lt in self.inputs}
-            recordable = True
-            for step in self._steps:
-                if step.compiled is None or any(lt.id not in produced for lt in step.inputs):
-                    recordable = False
-                    break
-                produced.update(lt.id for lt in step.outputs)
-            inputs = {lt.id for lt in self.inputs}
-            for lt in self.outputs:
-                desc = self._desc(lt)
-                if lt.id in inputs or lt.id not in produced or not _reads_directly(desc) or lt.is_empty:
-                    recordable = False
-            self._recorded = recordable
-        return recordable
-
     def _recording_for(self, stream: Stream, as_tensors) -> RequestRecording | None:
         """The recorded command a request on ``stream`` (with no outputs given) goes as, or None:
         outputs handed over as Tensors, a stream instruments watch, a run that is no straight
-        line (``_recordable``) or buffers too large to keep take the other paths."""
-        if as_tensors or stream.watched or not self._recordable():
+        line (``recordable``) or buffers too large to keep take the other paths."""
+        if as_tensors or stream.watched or not self.recordable():
             return None
         return self._request_recording()
 
     def _request_recording(self) -> RequestRecording | None:
-        """The recorded form of a request (``_recordable`` runners only), made at first use;
+        """The recorded form of a request (``recordable`` runners only), made at first use;
         None when its buffers would not fit ``SET_BYTES`` or it has no kernels."""
         recording = self._recording
         if recording is None:
-            made = RequestRecording(self.engine, self.inputs, self.outputs, self._steps, self._desc,
+            made = RequestRecording(self.engine, self.inputs, self.outputs, self._steps, self.memory_desc,
                                     f"graph request ({len(self._steps)} partitions)")
             recording = self._recording = made if made.usable else False
             if made.usable:
                 self.engine.keep_until_shutdown(made)
         return recording if isinstance(recording, RequestRecording) else None
-
-    def _count(self, name: str, n: int = 1) -> None:
-        self._counts[name] += n
-
-    def _desc(self, lt: LogicalTensor) -> MemoryDesc:
-        desc = self._descs.get(lt.id)
-        if desc is None:
-            desc = self._descs[lt.id] = lt.memory_desc()
-        return desc
 
 
 def check_stream(stream, engine: Engine) -> None:
@@ -524,18 +558,6 @@ def check_stream(stream, engine: Engine) -> None:
         raise InvalidArgumentError(f"stream is {type(stream).__name__}, expected triodnn.Stream")
     if stream.engine.cl_context.int_ptr != engine.cl_context.int_ptr:
         raise EngineMismatchError(f"the graph was compiled for {engine}, not for the stream's {stream.engine}")
-
-
-def _count_cancelled(runner: GraphRunner, exc: BaseException) -> None:
-    """Count a run that ``exc`` ended by cancellation (``trio.Cancelled``, alone or in a group
-    of nothing else)."""
-    if isinstance(exc, BaseExceptionGroup):
-        rest = exc.split(trio.Cancelled)[1]
-        cancelled = rest is None
-    else:
-        cancelled = isinstance(exc, trio.Cancelled)
-    if cancelled:
-        runner._count("runs_cancelled")
 
 
 _TENSOR_FIELDS = tuple(f.name for f in attrs.fields(Tensor))
@@ -590,29 +612,30 @@ class SubmittedRequest:
     """A request submitted as one recorded command: ``await result()`` for its outputs, once;
     ``abandon()`` when nobody will (a closing pipeline). Either settles its constant leases."""
 
-    __slots__ = ("_runner", "_event", "_outs", "_leases", "_settled")
+    __slots__ = ("_outputs", "_counters", "_event", "_outs", "_leases", "_settled")
 
-    def __init__(self, runner: GraphRunner, outs: RequestOutputs, leases: list) -> None:
-        self._runner = runner
+    def __init__(self, outputs: tuple[LogicalTensor, ...], counters: _RunCounters, outs: RequestOutputs,
+                 leases: list) -> None:
+        self._outputs = outputs          # the runner's graph outputs, in the order outs holds them
+        self._counters = counters        # the runner's
         self._event = outs.event
         self._outs = outs
         self._leases = leases
         self._settled = False
 
     async def result(self) -> dict:
-        runner = self._runner
         succeeded = False
         try:
             await self._event
             results: dict[int, Any] = {}
-            for lt, out in zip(runner.outputs, self._outs.take()):
+            for lt, out in zip(self._outputs, self._outs.take()):
                 out = out.reshape(lt.shape)
                 results[lt.id] = out.astype(bool) if lt.dtype == "boolean" else out
-            runner._count("runs_finished")
+            self._counters.add("runs_finished")
             succeeded = True
             return results
         except BaseException as exc:
-            _count_cancelled(runner, exc)
+            self._counters.add_if_cancelled(exc)
             raise
         finally:
             self._settle(failed=not succeeded)
@@ -621,7 +644,7 @@ class SubmittedRequest:
         """Nobody will await it: count it cancelled and hand back its constants (the command
         still runs to its end; its buffers are the runner's)."""
         if not self._settled:
-            self._runner._count("runs_cancelled")
+            self._counters.add("runs_cancelled")
             self._settle(failed=True)
 
     def _settle(self, failed: bool) -> None:
@@ -636,12 +659,15 @@ class SubmittedRequest:
 
 
 class Execution:
-    """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs."""
+    """One run of a GraphRunner: submits its steps, releases its buffers, gathers its outputs.
+    It asks the runner through ``steps``, ``memory_desc``, ``consumer_count`` and ``recordable``
+    (besides its public fields), and adds to the runner's counters, which the runner hands it."""
 
-    def __init__(self, runner: GraphRunner, stream: Stream, values: dict, deps: list,
+    def __init__(self, runner: GraphRunner, counters: _RunCounters, stream: Stream, values: dict, deps: list,
                  given_outputs: dict[int, Tensor], as_tensors: frozenset[int],
                  recording: RequestRecording | None) -> None:
         self._runner = runner
+        self._counters = counters  # the runner's statistics, which the run adds to
         self._recording = recording  # the recorded command it goes as (GraphRunner._recording_for)
         self._stream = stream
         self._values = values
@@ -661,9 +687,9 @@ class Execution:
         runner = self._runner
         if self._recording is not None:
             return await self._run_request(self._recording)
-        if not self._given_outputs and not self._as_tensors and runner._recordable():
+        if not self._given_outputs and not self._as_tensors and runner.recordable():
             return await self._run_recorded()
-        runner._count("runs_started")
+        self._counters.add("runs_started")
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -678,12 +704,12 @@ class Execution:
                 slot = self._slots[lt.id]
                 if lt.id in self._as_tensors and slot.owned:
                     slot.owned = False          # the caller's now
-                    runner._count("buffers_released")
-            runner._count("runs_finished")
+                    self._counters.add("buffers_released")
+            self._counters.add("runs_finished")
             self._succeeded = True
             return results
         except BaseException as exc:
-            _count_cancelled(runner, exc)
+            self._counters.add_if_cancelled(exc)
             raise
         finally:
             self._release_all()
@@ -694,11 +720,11 @@ class Execution:
         one completion to await. Measured on PoCL (bench_pipeline, the 2-layer MLP) against
         ``_run_recorded``, which submits each upload, partition and read apart and allocates the
         request's buffers: see BENCHMARKS.md, the request path."""
-        self._runner._count("runs_started")
+        self._counters.add("runs_started")
         try:
             submitted = self._submit_request(recording)
         except BaseException as exc:
-            _count_cancelled(self._runner, exc)
+            self._counters.add_if_cancelled(exc)
             raise
         return await submitted.result()
 
@@ -708,12 +734,13 @@ class Execution:
         it takes another path (``run`` it then). Raises what submitting raises."""
         if self._recording is None:
             return None
-        self._runner._count("runs_started")
+        self._counters.add("runs_started")
         return self._submit_request(self._recording)
 
     def _submit_request(self, recording: RequestRecording) -> SubmittedRequest:
         runner = self._runner
         stream = self._stream
+        counters = self._counters
         # Before a buffer set is taken or a constant leased for a request that cannot be submitted.
         stream.check_submitter(recording.label)
         deps = list(self._deps)
@@ -735,7 +762,7 @@ class Execution:
                         if entry.upload is not None:
                             deps.append(entry.upload)
                         if missed:
-                            runner._count("uploads")
+                            counters.add("uploads")
                         continue
                     value = value.array
                 sources.append(value)
@@ -747,13 +774,13 @@ class Execution:
             if leases:
                 _constant_cache.settle(leases)
             raise
-        runner._count("uploads", uploads)
-        runner._count("partitions_submitted", len(runner._steps))
-        return SubmittedRequest(runner, outs, leases)
+        counters.add("uploads", uploads)
+        counters.add("partitions_submitted", len(runner.steps))
+        return SubmittedRequest(runner.outputs, counters, outs, leases)
 
     async def _run_recorded(self) -> dict:
         """The whole graph as a straight line of submissions: every step compiled, each step's
-        inputs produced by the steps before it, outputs read back (``GraphRunner._recordable``).
+        inputs produced by the steps before it, outputs read back (``GraphRunner.recordable``).
         No nursery, no task, no per-tensor bookkeeping: measured on PoCL (bench_pipeline, the
         2-layer MLP), the general path cost ~160 µs per request more than a hand-written loop
         over ``CompiledPartition.execute``. Buffers the run allocates go when it ends: by then
@@ -761,7 +788,8 @@ class Execution:
         on a failure or cancellation, commands still running keep their OpenCL buffers."""
         runner, stream = self._runner, self._stream
         engine = runner.engine
-        runner._count("runs_started")
+        counters = self._counters
+        counters.add("runs_started")
         user = self._deps
         tensors: dict[int, Tensor] = {}
         events: dict[int, Event] = {}   # logical tensor id -> the event that produces it
@@ -783,28 +811,28 @@ class Execution:
                         if entry.upload is not None:
                             events[lt.id] = entry.upload
                         if missed:
-                            runner._count("uploads")
+                            counters.add("uploads")
                         continue
                     value = value.array
-                memory = engine.memory(runner._desc(lt))
+                memory = engine.memory(runner.memory_desc(lt))
                 owned.append(memory)
-                runner._count("buffers_allocated")
+                counters.add("buffers_allocated")
                 tensors[lt.id] = _tensor(lt, engine, memory)
                 events[lt.id] = stream.write(memory, value)
-                runner._count("uploads")
-            for step in runner._steps:
+                counters.add("uploads")
+            for step in runner.steps:
                 outs = []
                 for lt in step.outputs:
-                    memory = engine.memory(runner._desc(lt))
+                    memory = engine.memory(runner.memory_desc(lt))
                     owned.append(memory)
-                    runner._count("buffers_allocated")
+                    counters.add("buffers_allocated")
                     tensor = tensors[lt.id] = _tensor(lt, engine, memory)
                     outs.append(tensor)
                 deps = user + [events[lt.id] for lt in step.inputs if lt.id in events]
                 compiled = step.compiled
                 assert compiled is not None, "a recordable runner has compiled steps only"
                 done = compiled.execute(stream, [tensors[lt.id] for lt in step.inputs], outs, deps=deps)
-                runner._count("partitions_submitted")
+                counters.add("partitions_submitted")
                 for lt in step.outputs:
                     events[lt.id] = done
                 for lt in step.inputs:
@@ -821,16 +849,16 @@ class Execution:
                 await read
                 out = out.reshape(lt.shape)
                 results[lt.id] = out.astype(bool) if lt.dtype == "boolean" else out
-            runner._count("runs_finished")
+            counters.add("runs_finished")
             self._succeeded = True
             return results
         except BaseException as exc:
-            _count_cancelled(runner, exc)
+            counters.add_if_cancelled(exc)
             raise
         finally:
             for memory in owned:
                 memory.release()
-                runner._count("buffers_released")
+                counters.add("buffers_released")
             for entry, uses in leases.values():
                 _constant_cache.release(entry, uses, failed=not self._succeeded)
             if self._leased:
@@ -841,7 +869,7 @@ class Execution:
     def _slot(self, lt: LogicalTensor) -> _Slot:
         slot = self._slots.get(lt.id)
         if slot is None:
-            slot = self._slots[lt.id] = _Slot(lt, waiting=self._runner._consumers.get(lt.id, 0))
+            slot = self._slots[lt.id] = _Slot(lt, waiting=self._runner.consumer_count(lt.id))
         return slot
 
     def _allocate(self, slot: _Slot) -> Tensor:
@@ -850,9 +878,9 @@ class Execution:
             slot.tensor = given
             return given
         engine = self._runner.engine
-        slot.tensor = _tensor(slot.lt, engine, engine.memory(self._runner._desc(slot.lt)))
+        slot.tensor = _tensor(slot.lt, engine, engine.memory(self._runner.memory_desc(slot.lt)))
         slot.owned = True
-        self._runner._count("buffers_allocated")
+        self._counters.add("buffers_allocated")
         return slot.tensor
 
     def _publish(self, slot: _Slot, event: Event | None) -> None:
@@ -911,7 +939,7 @@ class Execution:
         if slot.owned and slot.tensor is not None:
             slot.owned = False
             slot.tensor.memory.release()
-            self._runner._count("buffers_released")
+            self._counters.add("buffers_released")
 
     def _release_all(self) -> None:
         # Only buffers of a failed or cancelled run are left here. Commands already submitted
@@ -949,8 +977,8 @@ class Execution:
             else:
                 tensor = self._allocate(slot)
                 self._publish(slot, self._stream.write(tensor.memory, value))
-                runner._count("uploads")
-        for step in runner._steps:
+                self._counters.add("uploads")
+        for step in runner.steps:
             if step.compiled is not None and all(self._slot(lt).produced for lt in step.inputs):
                 self._execute(step, step.compiled)
             else:
@@ -975,7 +1003,7 @@ class Execution:
         if value.root is None:
             _constant_cache.note_uncached(engine)
             return None
-        return _constant_cache.acquire(engine, self._stream, self._runner._desc(lt), value.array, value.root)
+        return _constant_cache.acquire(engine, self._stream, self._runner.memory_desc(lt), value.array, value.root)
 
     def _bind_constant(self, slot: _Slot, value: _ConstantArray) -> None:
         """A constant array input: the cache's device copy (uploaded on a miss), or, where the
@@ -986,14 +1014,14 @@ class Execution:
         if got is None:
             tensor = self._allocate(slot)
             self._publish(slot, self._stream.write(tensor.memory, value.array))
-            runner._count("uploads")
+            self._counters.add("uploads")
             return
         entry, missed = got
         slot.lease = entry
         self._leased.append(entry)
         slot.tensor = _tensor(slot.lt, engine, entry.memory)
         if missed:
-            runner._count("uploads")
+            self._counters.add("uploads")
         self._publish(slot, entry.upload)
 
     async def _run_step(self, step: Step) -> None:
@@ -1013,7 +1041,7 @@ class Execution:
         tensors = [self._allocate(slot) for slot in outs]
         event = compiled.execute(self._stream, [s.tensor for s in ins], tensors,
                                       deps=self._deps_of(ins))
-        self._runner._count("partitions_submitted")
+        self._counters.add("partitions_submitted")
         for slot in outs:
             self._publish(slot, event)
         for slot in ins:
@@ -1033,7 +1061,7 @@ class Execution:
         except Exception as exc:
             exc.add_note(f"in the handler of {step.describe()}")
             raise
-        self._runner._count("handler_calls")
+        self._counters.add("handler_calls")
         results = check_results(step.describe(), step.outputs, results)
         for lt, array in zip(step.outputs, results):
             slot = self._slot(lt)

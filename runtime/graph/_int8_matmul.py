@@ -149,4 +149,3 @@ def lower_int8_matmul(b: Builder, op: Op, match: Int8Match, chain: Chain | None)
 
     b.lower(op, chain, lowering=lambda b, op: lower_matmul(b, op, make),
             final=match.quantize.outputs[0] if match.quantize is not None else None)
-    b._post = ()

@@ -1,6 +1,6 @@
 """A graph request as one recorded command: uploads, every partition's kernels, read-backs.
 
-A runner whose run is a straight line (``GraphRunner._recordable``: every step compiled, outputs
+A runner whose run is a straight line (``GraphRunner.recordable``: every step compiled, outputs
 read back directly) used to submit each request as separate commands: a write per input, a
 ``KernelSequence`` per partition, a read per output, each with its submission, event and
 dependency list, and to allocate and free every intermediate buffer per request. A
@@ -196,7 +196,7 @@ class RequestRecording:
         sets, self._sets = self._sets, []
         for each in sets:
             for memory in each.memories:
-                memory._release(after=each.last)
+                memory.release_after(each.last)
 
     def release_scratch(self) -> None:
         """The runtime's shutdown hook (its scratch owners): ``release``."""

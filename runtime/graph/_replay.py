@@ -29,8 +29,7 @@ from .._event import Event
 from .._memory import Memory
 from .._stream import Stream
 from .._values._memory_desc import MemoryDesc
-from ..actors import KernelSequence, LaunchPlan, StreamActor, Submission, execution_status
-from ..actors._allocator import note_uses
+from ..actors import LaunchPlan, Submission, execution_status
 
 if TYPE_CHECKING:
     from .._engine import Engine
@@ -45,19 +44,19 @@ MAX_SCRATCH_SETS = 8
 class _Scratch:
     """One set of scratch buffers and the last run that used it."""
 
-    __slots__ = ("memories", "buffers", "last", "actor")
+    __slots__ = ("memories", "buffers", "last", "stream")
 
     def __init__(self, memories: list[Memory]) -> None:
         self.memories = memories
         self.buffers = tuple(m.cl_buffer for m in memories)
         self.last: Submission | None = None
-        self.actor: StreamActor | None = None  # the stream actor of the last run
+        self.stream: Stream | None = None  # the stream of the last run
 
-    def free_for(self, actor: StreamActor) -> bool:
+    def free_for(self, stream: Stream) -> bool:
         last = self.last
         if last is None or last.completed or last.failure is not None:
             return True
-        if self.actor is actor and actor.mode == "in_order":
+        if self.stream is stream and stream.in_order:
             return True  # one in-order queue: the new run starts after the last one ends
         native = last.native
         return native is not None and execution_status(native) <= _COMPLETE
@@ -115,10 +114,10 @@ class Replay:
         self._last_keys: tuple = ()
         self._after: dict[tuple, tuple] = {}
 
-    def _scratch_for(self, actor) -> tuple[_Scratch, tuple]:
-        """A scratch set free for a run on ``actor``, and what the run must wait for first."""
+    def _scratch_for(self, stream: Stream) -> tuple[_Scratch, tuple]:
+        """A scratch set free for a run on ``stream``, and what the run must wait for first."""
         for scratch in self._scratch:
-            if scratch.free_for(actor):
+            if scratch.free_for(stream):
                 return scratch, ()
         if len(self._scratch) >= MAX_SCRATCH_SETS:
             oldest = min(self._scratch, key=lambda s: s.last.seq if s.last is not None else -1)
@@ -136,15 +135,11 @@ class Replay:
         self._last_key = None
         for each in scratch:
             for memory in each.memories:
-                memory._release(after=None if each.last is None else Event(each.last))
+                memory.release_after(None if each.last is None else Event(each.last))
 
     def run(self, stream: Stream, inputs: list, outputs: list, deps: tuple) -> Event:
-        actor = stream._actor
-        if actor.closed:
-            raise actor.refusal(str(stream.engine))
-        if not actor.on_run_thread():  # before a scratch set is taken for a run that never happens
-            actor.check_thread(self.label, f"submitted to a stream of {stream.engine}")
-        scratch, extra = self._scratch_for(actor)
+        stream.check_can_submit(self.label)  # before a scratch set is taken for a run that never happens
+        scratch, extra = self._scratch_for(stream)
         buffers = tuple(t.memory.cl_buffer for t in inputs) + tuple(t.memory.cl_buffer for t in outputs) \
             + scratch.buffers
         key = tuple([b.int_ptr for b in buffers])
@@ -154,17 +149,16 @@ class Replay:
         else:
             keys = tuple([tuple([key[p] for p in positions]) for positions in self.arg_positions])
             self._last_key, self._last_keys = key, keys
-        if actor.mode == "in_order":
+        if stream.in_order:
             after = ()
         else:
             first: dict[int, int] = {}
             after = self._after_for(tuple(first.setdefault(k, i) for i, k in enumerate(key)))
-        submission = Submission(actor, self.label)
         deps = tuple(deps) + extra if extra else tuple(deps)
-        actor.submit(KernelSequence(submission, deps, self._plan, args, keys, after))
-        scratch.last, scratch.actor = submission, actor
-        note_uses(buffers, submission)  # user-allocated buffers go back to their free after this
-        return Event(submission)
+        # ``buffers`` as its uses: user-allocated buffers go back to their free after this.
+        event = stream.submit_sequence(self.label, self._plan, args, keys, after, deps, buffers)
+        scratch.last, scratch.stream = event.submission, stream
+        return event
 
     def _after_for(self, key: tuple) -> tuple:
         """``step_waits`` for a run whose buffers ``key`` names, kept per such key."""

@@ -619,7 +619,7 @@ async def test_a_cancelled_run_is_counted_as_cancelled(engine, path):
     """``runs_cancelled`` counts runs that ended by cancellation, on the straight-line path
     (every step compiled) and the general one (``as_tensors`` takes it)."""
     runner = await compile_graph(branchy_graph(), engine, policy="debug")
-    assert runner._recordable()
+    assert runner.recordable()
     stream = await engine.stream(StreamFlags.out_of_order)
     x = np.ones((4, 8), np.float32)
     with trio.CancelScope() as scope:

@@ -140,10 +140,10 @@ def test_engine_blob_in_a_new_process_compiles_nothing(tmp_path):
 
 async def test_an_engine_opened_with_a_blob_of_another_device_is_refused_before_it_opens(rt, good_blob):
     spoiled = rewrite_header(good_blob, lambda h: h["device"].update(driver="other"))
-    opened = len(rt._engines)
+    opened = len(rt._actors.engines)
     with pytest.raises(CacheBlobError, match="not this engine's"):
         await rt.engine(cache_blob=spoiled)
-    assert len(rt._engines) == opened
+    assert len(rt._actors.engines) == opened
 
 
 @pytest.fixture
