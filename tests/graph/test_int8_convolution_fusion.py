@@ -1,4 +1,4 @@
-"""Int8 convolution fusion (runtime/graph/_int8_convolution.py): Dequantize(src) +
+"""Int8 convolution fusion (graph/_int8_convolution.py): Dequantize(src) +
 Dequantize(weights) -> Convolution (+ bias, post-ops) [-> Quantize] compiles to one convolution
 primitive reading the int8 tensors, whose outputs match the op-by-op graph reference; patterns it
 does not take (per-channel weight scales) keep their op-by-op primitives. The kernel's own paths

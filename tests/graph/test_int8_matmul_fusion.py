@@ -1,4 +1,4 @@
-"""Int8 matmul fusion (runtime/graph/_int8_matmul.py): Dequantize -> MatMul (+ post-ops)
+"""Int8 matmul fusion (graph/_int8_matmul.py): Dequantize -> MatMul (+ post-ops)
 [-> Quantize] compiles to one quantized_matmul primitive whose outputs match the op-by-op graph
 reference, while patterns it does not take keep their op-by-op primitives."""
 

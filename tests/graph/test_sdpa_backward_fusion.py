@@ -1,5 +1,5 @@
 """SDPA backward graphs compile to the two fused sdpa_backward primitives
-(runtime/graph/_sdpa_backward_pattern.py) and match the op-by-op numpy reference of the graph
+(graph/_sdpa_backward_pattern.py) and match the op-by-op numpy reference of the graph
 driver (``triodnn.testing.run_case``); variants the pattern does not take stay op by op.
 
 ``kernels.sdpa_backward.fusion_pays`` is off until the fused kernels are measured faster, so these

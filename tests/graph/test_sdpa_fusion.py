@@ -1,4 +1,4 @@
-"""Attention graphs compile to ONE fused sdpa primitive (runtime/graph/_sdpa_pattern.py) and match
+"""Attention graphs compile to ONE fused sdpa primitive (graph/_sdpa_pattern.py) and match
 the op-by-op numpy reference of the graph driver (``triodnn.testing.run_case``).
 
 Small synthetic graphs, one per pattern oneDNN's CI attention graphs use (Select masks before and

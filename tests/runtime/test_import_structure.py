@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [ROOT / "runtime", ROOT / "actors", ROOT / "kernels"]
+SOURCES = [ROOT / "values", ROOT / "kernels", ROOT / "actors", ROOT / "runtime", ROOT / "graph"]
 
 # The modules of triodnn that need an optional dependency, and the package each imports for it:
 # triodnn.dask needs dask's distributed scheduler (triodnn[dask]). Where that package is not
@@ -81,14 +81,18 @@ def hook(name, globals=None, locals=None, fromlist=(), level=0):
 builtins.__import__ = hook
 import triodnn
 modules, left_out = ["triodnn"], []
-for info in pkgutil.walk_packages(triodnn.__path__, "triodnn."):
-    if info.name.endswith("__main__"):
-        continue
-    if info.name in OPTIONAL and not installed(OPTIONAL[info.name]):
-        left_out.append(info.name)
-        continue
-    importlib.import_module(info.name)
-    modules.append(info.name)
+# Each folder mapped to a package of its own is walked from its package: an editable install's
+# triodnn.__path__ holds runtime/ alone.
+for root in ("triodnn", "triodnn._values", "triodnn.kernels", "triodnn.actors", "triodnn.graph"):
+    package = importlib.import_module(root)
+    for info in pkgutil.walk_packages(package.__path__, root + "."):
+        if info.name.endswith("__main__") or info.name in modules or info.name in left_out:
+            continue
+        if info.name in OPTIONAL and not installed(OPTIONAL[info.name]):
+            left_out.append(info.name)
+            continue
+        importlib.import_module(info.name)
+        modules.append(info.name)
 print(json.dumps({"cycles": cycles, "modules": modules, "left_out": left_out}))
 """
 

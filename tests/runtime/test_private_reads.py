@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [ROOT / "runtime", ROOT / "actors", ROOT / "kernels"]
+SOURCES = [ROOT / "values", ROOT / "kernels", ROOT / "actors", ROOT / "runtime", ROOT / "graph"]
 
 # (file, enclosing function's qualified name, expression) -> why it is no cross-object read.
 ALLOWED = {
