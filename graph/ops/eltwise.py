@@ -105,7 +105,7 @@ def eltwise_backward_parameters(kind: str, attrs: Mapping) -> tuple[str, float |
 
 
 def _lower_unary(b: Builder, op: Op) -> None:
-    # The kernel algorithm the op schema names (_op_schema.eltwise_parameters, which the numpy
+    # The kernel algorithm the op schema names (eltwise_parameters above, which the numpy
     # reference uses too), so the lowering and the check cannot disagree.
     alg, alpha, beta = eltwise_parameters(op.kind, op.attrs)
     # None: the algorithm's default, resolved as the descriptor resolves an omitted parameter.
@@ -115,7 +115,7 @@ def _lower_unary(b: Builder, op: Op) -> None:
 
 
 def _lower_eltwise_backward(b: Builder, op: Op) -> None:
-    # As _lower_unary: the algorithm of _op_schema.eltwise_backward_parameters, which the numpy
+    # As _lower_unary: the algorithm of eltwise_backward_parameters above, which the numpy
     # reference uses too.
     alg, alpha, beta, use_dst = eltwise_backward_parameters(op.kind, op.attrs)
     alpha_, beta_ = eltwise_defaults(alg, alpha, beta)
