@@ -22,72 +22,22 @@ import os
 import threading
 import time
 
-import attrs
 import numpy as np
 import pytest
 import trio
+from _faulty_kinds import BrokenDesc, RaisingDesc
 
 import triodnn
 from triodnn import EltwiseDesc, MemoryDesc, StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, Tensor
-from triodnn.kernels import KernelSpec
 
 SECONDS = float(os.environ.get("TRIODNN_STRESS_SECONDS", "8"))
 ORDERS = (StreamFlags.in_order, StreamFlags.out_of_order)
 
 
-# -- injected failures (patterns of test_primitive_cache.py) ------------------------------------
+# -- injected failures: the failing kinds of tests/_faulty_kinds.py -------------------------------
 
 
-@attrs.frozen
-class BrokenDesc:
-    """Source the device compiler refuses: BuildError."""
-
-    n: int
-    kind = "stress_broken"
-
-    @property
-    def label(self) -> str:
-        return f"stress_broken:{self.n}"
-
-    @property
-    def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": MemoryDesc((self.n,)), "dst": MemoryDesc((self.n,))}
-
-    def generate(self, config) -> KernelSpec:
-        return KernelSpec(
-            source="__kernel void broken(__global const float* src, __global float* dst) "
-                   "{ not OpenCL C at all; }\n",
-            name="broken", arg_names=("src", "dst"), global_size=(16,), local_size=(16,),
-            impl="stress:broken",
-        )
-
-
-# A test kind, declared in the op registry like any other (its generate is the method).
-triodnn.kernels.register(BrokenDesc, generate=BrokenDesc.generate)
-
-
-@attrs.frozen
-class RaisingDesc:
-    """A generator that raises RuntimeError: BuildError chained to it."""
-
-    n: int
-    kind = "stress_raising"
-
-    @property
-    def label(self) -> str:
-        return f"stress_raising:{self.n}"
-
-    @property
-    def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": MemoryDesc((self.n,)), "dst": MemoryDesc((self.n,))}
-
-    def generate(self, config) -> KernelSpec:
-        raise RuntimeError(f"generator of {self.label} gave up")
-
-
-# A test kind, declared in the op registry like any other (its generate is the method).
-triodnn.kernels.register(RaisingDesc, generate=RaisingDesc.generate)
 
 
 def leaky(n: int, alpha: float) -> EltwiseDesc:

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import trio
 import trio.testing
+from _faulty_kinds import BrokenDesc, RaisingDesc
 
 import triodnn
 from triodnn import EltwiseDesc, MemoryDesc
@@ -137,61 +138,6 @@ def gated(n: int) -> tuple[GatedDesc, threading.Event, threading.Event]:
     return GatedDesc(n, gate, started), gate, started
 
 
-@attrs.frozen
-class BrokenDesc:
-    """A descriptor whose generated source is not OpenCL C: the device compiler refuses it."""
-
-    n: int
-
-    kind = "test_broken"
-
-    @property
-    def label(self) -> str:
-        return f"test_broken:{self.n}"
-
-    @property
-    def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": MemoryDesc((self.n,)), "dst": MemoryDesc((self.n,))}
-
-    def generate(self, config) -> KernelSpec:
-        return KernelSpec(
-            source="__kernel void broken(__global const float* src, __global float* dst) "
-                   "{ this is not OpenCL C; }\n",
-            name="broken",
-            arg_names=("src", "dst"),
-            global_size=(16,),
-            local_size=(16,),
-            impl="test:broken",
-        )
-
-
-# A test kind, declared in the op registry like any other (its generate is the method).
-triodnn.kernels.register(BrokenDesc, generate=BrokenDesc.generate)
-
-
-@attrs.frozen
-class RaisingDesc:
-    """A descriptor whose source generation itself raises ``error``."""
-
-    n: int
-    error: type
-
-    kind = "test_raising"
-
-    @property
-    def label(self) -> str:
-        return f"test_raising:{self.n}"
-
-    @property
-    def arg_descs(self) -> dict[str, MemoryDesc]:
-        return {"src": MemoryDesc((self.n,)), "dst": MemoryDesc((self.n,))}
-
-    def generate(self, config) -> KernelSpec:
-        raise self.error(f"generator of {self.label} gave up")
-
-
-# A test kind, declared in the op registry like any other (its generate is the method).
-triodnn.kernels.register(RaisingDesc, generate=RaisingDesc.generate)
 
 
 # -- 1. capacity from the environment ------------------------------------------------------------
