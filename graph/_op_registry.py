@@ -68,6 +68,14 @@ class GraphOp:
     lowers: Callable[[Op], bool] | None = None
     attrs_from_inputs: AttrsFromInputs | None = None
     not_run: str = "triodnn does not run this op"
+    # What the conformance check (``triodnn.testing.tolerance``) knows of the kind's numbers:
+    # its f32 threshold t against the float64 reference, |got - ref| <= t * max(1, |ref|), 0 for
+    # exact; whether it turns the dyadic test filling into arbitrary reals (transcendental,
+    # dividing, averaging); whether it sums many elements. Where an inexact op and an accumulating
+    # one meet in a partition, the check allows benchdnn's chain tolerance.
+    tolerance: float = 0.0
+    inexact: bool = False
+    accumulates: bool = False
 
     @property
     def runs(self) -> bool:
@@ -79,6 +87,20 @@ class GraphOp:
 
 
 _OPS: dict[str, GraphOp] = {}
+
+
+@attrs.frozen
+class Numbers:
+    """``GraphOp``'s numeric facts for one kind (see there), as a family module tabulates them."""
+
+    tolerance: float = 0.0
+    inexact: bool = False
+    accumulates: bool = False
+
+
+def numbered(ops, numbers: Mapping[str, Numbers]) -> list[GraphOp]:
+    """``ops`` with the numeric facts ``numbers`` gives for their kinds (the others exact)."""
+    return [attrs.evolve(op, **attrs.asdict(numbers[op.kind])) if op.kind in numbers else op for op in ops]
 
 
 def register(*ops: GraphOp) -> None:

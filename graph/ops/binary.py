@@ -12,13 +12,14 @@ from ..._values import (
 )
 from ..._values._errors import InvalidGraphError
 from ..._values._memory_desc import MemoryDesc
+from ...kernels import tolerance as kt
 from .._logical_tensor import known_shape
 from .._lowering import (
     Builder,
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     OpSchema,
     attr_map,
@@ -166,7 +167,17 @@ def _bias_add_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -
     return [_bias_add_reference(a, f64(inputs[0]), f64(inputs[1]))]
 
 
-register(
+# One rounding per element (kernels.tolerance.BINARY, benchdnn binary's f32 eps), exact on the
+# integer filling; Maximum, Minimum, GreaterEqual and Select pick an input: exact. OpenCL's
+# single-precision division is within 2.5 ulp unless built with
+# -cl-fp32-correctly-rounded-divide-sqrt: the non-transcendental eltwise bound (4e-6) covers it.
+_NUMBERS = {
+    **dict.fromkeys(("Add", "Subtract", "Multiply", "BiasAdd", "SquaredDifference"), Numbers(kt.BINARY)),
+    "Divide": Numbers(kt.ELTWISE, inexact=True),
+}
+
+
+register(*numbered([
     *(GraphOp(_BY_KIND[kind], shapes=_binary_shape, lower=_lower_binary, reference=_binary_op_reference)
       for kind in _BINARY),
     GraphOp(_BY_KIND["SquaredDifference"], shapes=_binary_shape, lower=_lower_squared_difference,
@@ -175,4 +186,4 @@ register(
             reference=_select_op_reference),
     GraphOp(_BY_KIND["BiasAdd"], shapes=lambda kind, a, shapes, n: [_bias_add_shape(kind, a, shapes)],
             lower=_lower_bias_add, reference=_bias_add_op_reference),
-)
+], _NUMBERS))

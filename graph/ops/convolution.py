@@ -29,7 +29,7 @@ from .._lowering import (
     weights_oix,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     AUTO_PADS,
     CONV_TRANSPOSE_WEIGHTS_FORMATS,
@@ -309,7 +309,12 @@ def _spatial_attrs(kind: str, a: dict) -> None:
     check_spatial_attrs(kind, a, "strides")
 
 
-register(
+# As MatMul: sums of integer products, exact on the integer filling in any order.
+_NUMBERS = dict.fromkeys(("Convolution", "ConvolutionBackwardData", "ConvolutionBackwardWeights",
+                          "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"), Numbers(accumulates=True))
+
+
+register(*numbered([
     GraphOp(_BY_KIND["Convolution"], shapes=lambda kind, a, shapes, n: [_convolution_shape(kind, a, shapes)],
             lower=lower_convolution, reference=_convolution_op_reference, check_attrs=_spatial_attrs),
     GraphOp(_BY_KIND["ConvTranspose"], shapes=lambda kind, a, shapes, n: [_conv_transpose_shape(kind, a, shapes)],
@@ -318,4 +323,4 @@ register(
               lower=_lower_conv_backward, reference=_conv_backward_op_reference, check_attrs=_spatial_attrs)
       for kind in ("ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
                    "ConvTransposeBackwardWeights")),
-)
+], _NUMBERS))

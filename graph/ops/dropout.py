@@ -13,11 +13,12 @@ from ..._values import (
     DropoutDesc,
 )
 from ...kernels import dropout as kernel_dropout
+from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     OpSchema,
 )
@@ -67,5 +68,11 @@ def _dropout_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) ->
     return [shapes[0]] * num_outputs
 
 
-register(GraphOp(_BY_KIND["Dropout"], shapes=_dropout_shape, lower=_lower_dropout,
-                 reference=lambda kind, a, inputs, n: _dropout_reference(inputs)[:n]))
+# One product by the f32 1 / (1 - p); the mask is exact.
+_NUMBERS = {"Dropout": Numbers(kt.BINARY)}
+
+
+register(*numbered([
+    GraphOp(_BY_KIND["Dropout"], shapes=_dropout_shape, lower=_lower_dropout,
+            reference=lambda kind, a, inputs, n: _dropout_reference(inputs)[:n]),
+], _NUMBERS))

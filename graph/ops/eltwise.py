@@ -20,15 +20,17 @@ from ..._values._algorithms import eltwise_parameters as eltwise_defaults
 from ..._values._errors import InvalidGraphError
 from ..._values._memory_desc import MemoryDesc
 from ...kernels import eltwise as kernel_eltwise
+from ...kernels import eltwise_bwd
 from ...kernels import eltwise_bwd as kernel_eltwise_bwd
 from ...kernels import prelu_bwd as kernel_prelu_bwd
+from ...kernels import tolerance as kt
 from .._logical_tensor import known_shape
 from .._lowering import (
     Builder,
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     GELU_MODES,
     AttrSpec,
@@ -281,7 +283,28 @@ def _prelu_backward_op_reference(kind: str, a: dict, inputs: list, num_outputs: 
     return _prelu_backward_reference(a, *(f64(x) for x in inputs))[:num_outputs]
 
 
-register(
+def _unary_numbers(schema: OpSchema) -> Numbers:
+    """Eltwise's threshold for its algorithm (4e-5 transcendental, else 4e-6), except where every
+    output is an input value or a constant (exact) or one rounding per element (Square)."""
+    if schema.kind in ("ReLU", "Abs", "Clamp", "Round"):
+        return Numbers()
+    if schema.kind == "Square":
+        return Numbers(kt.BINARY)
+    return Numbers(kt.eltwise(str(schema.algorithm)), inexact=True)
+
+
+# The backward ops: eltwise_bwd's threshold for the algorithm (use_dst is not known here: the
+# larger, src bound of the two); inexact where the forward is, or the derivative divides.
+_NUMBERS = {
+    **{kind: _unary_numbers(_BY_KIND[kind]) for kind in UNARY_ELTWISE_KINDS},
+    **{kind: Numbers(eltwise_bwd.threshold(str(_BY_KIND[kind].algorithm)),
+                     inexact=kind not in ("AbsBackward", "ClampBackward", "ReLUBackward"))
+       for kind in ELTWISE_BACKWARD_KINDS},
+    "PReLUBackward": Numbers(accumulates=True),  # PReLU's products and sums of integers: exact
+}
+
+
+register(*numbered([
     *(GraphOp(_BY_KIND[kind], shapes=_same_shape, lower=_lower_unary, reference=_unary_op_reference)
       for kind in sorted(UNARY_ELTWISE_KINDS)),
     *(GraphOp(_BY_KIND[kind], shapes=_backward_shape, lower=_lower_eltwise_backward, reference=_backward_op_reference)
@@ -289,4 +312,4 @@ register(
     GraphOp(_BY_KIND["PReLU"], shapes=_prelu_shape, lower=_lower_prelu, reference=_prelu_op_reference),
     GraphOp(_BY_KIND["PReLUBackward"], shapes=_prelu_backward_shape, lower=_lower_prelu_backward,
             reference=_prelu_backward_op_reference),
-)
+], _NUMBERS))

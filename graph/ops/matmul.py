@@ -24,7 +24,7 @@ from .._lowering import (
     row_major,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -126,5 +126,13 @@ def _matmul_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -> 
     return [_matmul_reference(a, values[0], values[1], values[2] if len(values) > 2 else None)]
 
 
-register(GraphOp(_BY_KIND["MatMul"], shapes=lambda kind, a, shapes, n: [_matmul_shape(kind, a, shapes)],
-                 lower=lower_matmul, reference=_matmul_op_reference))
+# On the integer filling a matmul is exact in any summation order: benchdnn graph says f32
+# partitions are "supposed to be exact on both ends". Non-integer operands (a softmax before it)
+# are covered by the chain allowance of the conformance check.
+_NUMBERS = {"MatMul": Numbers(accumulates=True)}
+
+
+register(*numbered([
+    GraphOp(_BY_KIND["MatMul"], shapes=lambda kind, a, shapes, n: [_matmul_shape(kind, a, shapes)],
+            lower=lower_matmul, reference=_matmul_op_reference),
+], _NUMBERS))

@@ -20,7 +20,9 @@ from ..._values import (
     RMSNormDesc,
 )
 from ..._values._errors import UnsupportedError
+from ...kernels import normalization_bwd
 from ...kernels import normalization_bwd as kernel_normalization_bwd
+from ...kernels import tolerance as kt
 from .._logical_tensor import known_shape
 from .._lowering import (
     Builder,
@@ -31,7 +33,7 @@ from .._lowering import (
     row_major_as,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -439,7 +441,19 @@ def _values(inputs: list) -> list:
     return [f64(x) for x in inputs]
 
 
-register(
+# The normalization primitives' thresholds (kernels.tolerance, kernels.normalization_bwd).
+_NUMBERS = {
+    "LayerNorm": Numbers(kt.normalization("layer_normalization"), inexact=True, accumulates=True),
+    "RMSNorm": Numbers(kt.normalization("rms_normalization"), inexact=True, accumulates=True),
+    "GroupNorm": Numbers(kt.normalization("group_normalization"), inexact=True, accumulates=True),
+    "BatchNormInference": Numbers(kt.normalization("batch_normalization"), inexact=True),
+    "BatchNormForwardTraining": Numbers(normalization_bwd.TRAINING, inexact=True, accumulates=True),
+    "BatchNormTrainingBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True),
+    "LayerNormBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True),
+}
+
+
+register(*numbered([
     GraphOp(_BY_KIND["LayerNorm"], shapes=_layer_norm_shape, lower=_lower_layer_norm,
             reference=lambda kind, a, inputs, n: _layer_norm_reference(a, _values(inputs), n),
             check_arguments=_layer_norm_arguments),
@@ -458,4 +472,4 @@ register(
             check_arguments=_training_arguments),
     GraphOp(_BY_KIND["GroupNorm"], shapes=_group_norm_shape, lower=_lower_group_norm,
             reference=lambda kind, a, inputs, n: _group_norm_reference(a, _values(inputs), n)),
-)
+], _NUMBERS))

@@ -13,13 +13,14 @@ from ..._values import (
 )
 from ...kernels import pooling as kernel_pooling
 from ...kernels import pooling_bwd as kernel_pooling_bwd
+from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
     channels_first,
     explicit_pads,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     AUTO_PADS,
     ROUNDING_TYPES,
@@ -211,7 +212,16 @@ def _src_shape_input(a: dict, inputs: list) -> dict:
     return a
 
 
-register(
+# Max pooling picks an input, its backward adds integer diff_dst elements: exact. Average pooling
+# is an exact integer window sum, then one division; its backward adds a few quotients, one
+# rounding each, far inside the eltwise bound.
+_NUMBERS = {
+    "AvgPool": Numbers(kt.ELTWISE, inexact=True, accumulates=True),
+    "AvgPoolBackward": Numbers(kt.ELTWISE, inexact=True),
+}
+
+
+register(*numbered([
     *(GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [_pool_shape(kind, a, shapes)], lower=_lower_pool,
               reference=lambda kind, a, inputs, n: [_pool_reference(kind, a, f64(inputs[0]))], check_attrs=_pool_attrs)
       for kind in ("MaxPool", "AvgPool")),
@@ -221,4 +231,4 @@ register(
     GraphOp(_BY_KIND["AvgPoolBackward"], shapes=lambda kind, a, shapes, n: [_pool_backward_shape(kind, a, shapes)],
             lower=_lower_pool_backward, check_attrs=_pool_attrs, attrs_from_inputs=_src_shape_input,
             reference=lambda kind, a, inputs, n: [_pool_backward_reference(kind, a, [f64(x) for x in inputs])]),
-)
+], _NUMBERS))

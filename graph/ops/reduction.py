@@ -15,12 +15,13 @@ from ..._values import (
 )
 from ..._values._errors import InvalidGraphError
 from ..._values._memory_desc import MemoryDesc
+from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -147,7 +148,22 @@ def _axes_input(a: dict, inputs: list) -> dict:
     return a
 
 
-register(*(GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [_reduce_shape(kind, a, shapes)], lower=_lower_reduce,
-                   reference=lambda kind, a, inputs, n: [_reduce_reference(kind, a, [f64(x) for x in inputs])],
-                   check_attrs=_axes_once, check_arguments=_axes_given_once, attrs_from_inputs=_axes_input)
-           for kind in _REDUCE))
+# The reduction primitive's thresholds per algorithm; the product's grows with the count, unknown
+# here: 64 factors assumed.
+_NUMBERS = {
+    "ReduceSum": Numbers(kt.reduction("sum"), accumulates=True),
+    "ReduceMean": Numbers(kt.reduction("mean"), inexact=True, accumulates=True),
+    "ReduceMax": Numbers(kt.reduction("max")),
+    "ReduceMin": Numbers(kt.reduction("min")),
+    "ReduceL1": Numbers(kt.reduction("l1"), accumulates=True),
+    "ReduceL2": Numbers(kt.reduction("l2"), inexact=True, accumulates=True),
+    "ReduceProd": Numbers(kt.reduction("mul", 64), accumulates=True),
+}
+
+
+register(*numbered([
+    GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [_reduce_shape(kind, a, shapes)], lower=_lower_reduce,
+            reference=lambda kind, a, inputs, n: [_reduce_reference(kind, a, [f64(x) for x in inputs])],
+            check_attrs=_axes_once, check_arguments=_axes_given_once, attrs_from_inputs=_axes_input)
+    for kind in _REDUCE
+], _NUMBERS))

@@ -15,12 +15,13 @@ from ..._values import (
 )
 from ...kernels import resampling as kernel_resampling
 from ...kernels import resampling_bwd as kernel_resampling_bwd
+from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
     channels_first,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     COORDINATE_TRANSFORMATION_MODES,
     INTERPOLATE_MODES,
@@ -150,11 +151,19 @@ def _lowers(op: Op) -> bool:
     return not (op.attrs.get("mode") == "nearest" and op.attrs.get("coordinate_transformation_mode") == "align_corners")
 
 
-register(
+# Linear interpolation: 2^d products of float32 weights summed (kernels.resampling); its
+# backward sums up to 4 weighted terms a dim.
+_NUMBERS = {
+    "Interpolate": Numbers(4 * 2**3 * kt.BINARY),
+    "InterpolateBackward": Numbers(4 * 4**3 * kt.BINARY, inexact=True, accumulates=True),
+}
+
+
+register(*numbered([
     GraphOp(_BY_KIND["Interpolate"], shapes=lambda kind, a, shapes, n: [_interpolate_shape(kind, a, shapes)],
             lower=_lower_interpolate, check_attrs=_sizes_or_scales, lowers=_lowers,
             reference=lambda kind, a, inputs, n: [_interpolate_reference(a, f64(inputs[0]))]),
     GraphOp(_BY_KIND["InterpolateBackward"], shapes=_backward_shape, lower=_lower_interpolate_backward,
             check_attrs=_sizes_or_scales, lowers=_lowers,
             reference=lambda kind, a, inputs, n: [_interpolate_backward_reference(a, f64(inputs[0]), f64(inputs[1]))]),
-)
+], _NUMBERS))

@@ -12,11 +12,12 @@ from ..._values import (
     SoftmaxDesc,
 )
 from ...kernels import softmax_bwd as kernel_softmax_bwd
+from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
 )
 from .._op import Op
-from .._op_registry import GraphOp, register
+from .._op_registry import GraphOp, Numbers, numbered, register
 from .._op_schema import (
     SOFTMAX_MODES,
     AttrSpec,
@@ -130,10 +131,19 @@ def _backward_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -
     return [f64(kernel_softmax_bwd.reference(algorithm, dst, diff_dst, axis=a["axis"] % dst.ndim))]
 
 
-register(
+# The softmax primitives' thresholds; the backward ones are benchdnn's (4 times the forward's).
+_NUMBERS = {
+    "SoftMax": Numbers(kt.softmax("softmax"), inexact=True, accumulates=True),
+    "LogSoftmax": Numbers(kt.softmax("logsoftmax"), inexact=True, accumulates=True),
+    "SoftMaxBackward": Numbers(kernel_softmax_bwd.threshold("softmax"), accumulates=True),
+    "LogSoftmaxBackward": Numbers(kernel_softmax_bwd.threshold("logsoftmax"), inexact=True, accumulates=True),
+}
+
+
+register(*numbered([
     *(GraphOp(_BY_KIND[kind], shapes=_softmax_shape, lower=_lower_softmax,
               reference=lambda kind, a, inputs, n: list(_softmax_reference(kind, a, f64(inputs[0])))[:n])
       for kind in ("SoftMax", "LogSoftmax")),
     *(GraphOp(_BY_KIND[kind], shapes=_backward_shape, lower=_lower_softmax_backward, reference=_backward_op_reference)
       for kind in ("SoftMaxBackward", "LogSoftmaxBackward")),
-)
+], _NUMBERS))

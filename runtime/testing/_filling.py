@@ -47,17 +47,15 @@ reference: an element passes when ``|got - ref| <= atol + rtol * |ref|``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 import numpy as np
 
 from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
-from ..graph._op_schema import OP_SCHEMAS, normalize_attrs, schema_of
+from ..graph._op_registry import graph_op
+from ..graph._op_schema import normalize_attrs
 from ..graph.ops.normalization import norm_axes
-from ..kernels import eltwise_bwd, normalization_bwd, softmax_bwd
-from ..kernels import tolerance as kt
 
 _POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"})
 _EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
@@ -177,107 +175,14 @@ def batch_statistics(kind: str, attrs, src: np.ndarray, dtypes: tuple[str, str])
 
 # -- tolerances -----------------------------------------------------------------------------
 
-_F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
-
-
-@functools.cache
-def _primitive_thresholds() -> dict[str, float]:
-    """Per-kind f32 thresholds, from the primitive tolerances of ``triodnn.kernels.tolerance``
-    (each after benchdnn's setup_cmp for its driver), on ``|err| <= t * max(1, |ref|)``."""
-    exact = 0.0
-    thresholds = {
-        # Data movement, selection, comparisons, max/min, ReLU-like eltwise, max pooling: every
-        # output element is an input element or a constant; nothing rounds.
-        **dict.fromkeys(("Reorder", "StaticReshape", "StaticTranspose", "Concat", "Select",
-                         "GenIndex", "GreaterEqual", "Maximum", "Minimum", "ReLU", "Abs",
-                         "Clamp", "Round", "MaxPool", "TypeCast", "End", "Wildcard"), exact),
-        # One rounding per element (kernels.tolerance.BINARY, benchdnn binary's f32 eps); exact
-        # on the integer filling.
-        **dict.fromkeys(("Add", "Subtract", "Multiply", "BiasAdd", "SquaredDifference",
-                         "Square"), kt.BINARY),
-        # MatMul and Convolution on the integer filling are exact in any summation order: benchdnn
-        # graph says f32 partitions are "supposed to be exact on both ends". Non-integer operands
-        # (a softmax before a matmul) are covered by the chain allowance of ``tolerance``.
-        "MatMul": exact,
-        "Convolution": exact,
-        "ConvTranspose": exact,
-        # The convolution backward ops sum integer products too (default filling): exact.
-        **dict.fromkeys(("ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
-                         "ConvTransposeBackwardWeights"), exact),
-        "PReLU": exact,  # one product of integers
-        # The training backward ops: PReLU's products and sums of integers are exact; softmax's
-        # is benchdnn's (4 times the forward's); interpolation sums up to 4 weighted terms a dim.
-        "PReLUBackward": exact,
-        "SoftMaxBackward": softmax_bwd.threshold("softmax"),
-        "LogSoftmaxBackward": softmax_bwd.threshold("logsoftmax"),
-        "InterpolateBackward": 4 * 4**3 * kt.BINARY,
-        "Dropout": kt.BINARY,  # one product by the f32 1 / (1 - p); mask exact
-        # Linear interpolation: 2^d products of float32 weights summed (kernels.resampling).
-        "Interpolate": 4 * 2**3 * kt.BINARY,
-        # OpenCL's single-precision division and sqrt are within 2.5 and 3 ulp unless built with
-        # -cl-fp32-correctly-rounded-divide-sqrt: the non-transcendental eltwise bound (4e-6,
-        # kernels.tolerance.ELTWISE) covers both.
-        "Divide": kt.ELTWISE,
-        "AvgPool": kt.ELTWISE,  # an exact integer window sum, then one division
-        # Pooling backward: max adds integer diff_dst elements (exact); avg adds a few
-        # quotients, one rounding each, far inside the eltwise bound.
-        "MaxPoolBackward": exact,
-        "AvgPoolBackward": kt.ELTWISE,
-        "ReduceSum": kt.reduction("sum"),
-        "ReduceMean": kt.reduction("mean"),
-        "ReduceMax": kt.reduction("max"),
-        "ReduceMin": kt.reduction("min"),
-        "ReduceL1": kt.reduction("l1"),
-        "ReduceL2": kt.reduction("l2"),
-        # The product's bound grows with the count, unknown here: 64 factors assumed.
-        "ReduceProd": kt.reduction("mul", 64),
-        "SoftMax": kt.softmax("softmax"),
-        "LogSoftmax": kt.softmax("logsoftmax"),
-        "LayerNorm": kt.normalization("layer_normalization"),
-        "RMSNorm": kt.normalization("rms_normalization"),
-        "GroupNorm": kt.normalization("group_normalization"),
-        "BatchNormInference": kt.normalization("batch_normalization"),
-        # normalization training: kernels/normalization_bwd.py's thresholds
-        "BatchNormForwardTraining": normalization_bwd.TRAINING,
-        "BatchNormTrainingBackward": normalization_bwd.BACKWARD,
-        "LayerNormBackward": normalization_bwd.BACKWARD,
-    }
-    for kind, schema in OP_SCHEMAS.items():
-        if schema.unary_elementwise and schema.algorithm is not None and kind not in thresholds:
-            thresholds[kind] = kt.eltwise(schema.algorithm)  # 4e-5 transcendental, else 4e-6
-        if schema.category == "eltwise_backward" and schema.algorithm is not None:
-            # use_dst is not known here: the larger (src) bound of the two.
-            thresholds[kind] = eltwise_bwd.threshold(schema.algorithm)
-    return thresholds
-
-
 # benchdnn's relaxed check for outputs with an eltwise in the chain (compare.cpp: absolute
 # difference within 2e-5 or relative within 8e-6). It applies here where an op that turns the
-# dyadic filling into arbitrary reals (INEXACT) meets another op that sums many elements
-# (ACCUMULATING) in one partition: the two sides then sum differently rounded terms, perhaps in
-# different orders. Integer-preserving ops (Add, Multiply by a power of two, ReLU ...) do not
+# dyadic filling into arbitrary reals (``GraphOp.inexact``) meets another op that sums many
+# elements (``GraphOp.accumulates``) in one partition: the two sides then sum differently rounded
+# terms, perhaps in different orders. Integer-preserving ops (Add, Multiply by a power of two, ReLU ...) do not
 # count: MatMul followed by Add stays exact.
 _CHAIN_RTOL = 8e-6
 _CHAIN_ATOL = 2e-5
-_INEXACT_KINDS = frozenset({
-    "GELU", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Elu", "LeakyReLU", "HardSwish", "HardSigmoid",
-    "Mish", "SoftPlus", "Pow", "Reciprocal", "Divide", "SoftMax", "LogSoftmax", "LayerNorm",
-    "RMSNorm", "GroupNorm", "BatchNormInference", "AvgPool", "ReduceMean", "ReduceL2",
-    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # normalization training
-    "EluBackward", "GELUBackward", "HardSigmoidBackward", "HardSwishBackward", "MishBackward",
-    "SigmoidBackward", "SoftPlusBackward", "SqrtBackward", "TanhBackward",
-    "AvgPoolBackward",  # pooling backward
-    "LogSoftmaxBackward", "InterpolateBackward",  # softmax and interpolate backward
-})
-_ACCUMULATING_KINDS = frozenset({
-    "MatMul", "Convolution", "AvgPool", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "GroupNorm",
-    "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
-    "SoftMaxBackward", "LogSoftmaxBackward", "PReLUBackward", "InterpolateBackward",  # training backward ops
-    "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward",  # normalization training
-    # convolution backward (training)
-    "ConvolutionBackwardData", "ConvolutionBackwardWeights", "ConvTransposeBackwardData",
-    "ConvTransposeBackwardWeights",
-})
 # Rounding bounds of the narrow output types: one ulp relative to the value, 2^-7 for bf16
 # (8 significant bits) and 2^-10 for f16 (11 bits). Half an ulp is the rounding error of the
 # reference itself; a full ulp lets the partition's rounding land on the neighbouring value
@@ -293,9 +198,9 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
     ``narrowest_dtype``): a bf16 intermediate the reference rounds but a fused kernel keeps in
     f32 costs as much as a bf16 output. Rules:
 
-    * f32: the largest per-kind threshold ``t`` (``triodnn.kernels.tolerance``, after benchdnn's
-      per-driver thresholds) as ``(t, t)``, the ``t * max(1, |ref|)`` rule of the primitives;
-      exact kinds give (0, 0).
+    * f32: the largest per-kind threshold ``t`` (``GraphOp.tolerance``, declared with each kind
+      from ``triodnn.kernels.tolerance``, after benchdnn's per-driver thresholds) as ``(t, t)``,
+      the ``t * max(1, |ref|)`` rule of the primitives; exact kinds give (0, 0).
     * A chain, where an op making non-dyadic values (transcendental or dividing eltwise, Divide,
       softmax, normalisation, averages) and another op summing many elements (MatMul,
       Convolution, reductions, normalisation, softmax, average pooling) meet in one partition,
@@ -309,12 +214,10 @@ def tolerance(kinds: Iterable[str], dtype: str) -> tuple[float, float]:
         return 0.0, 0.0
     if dtype not in ("f32", *_NARROW_ULP):
         raise InvalidArgumentError(f"no tolerance for data type {dtype!r}")
-    thresholds = _primitive_thresholds()
-    for kind in kinds:
-        schema_of(kind)  # InvalidGraphError for an unknown kind
-    t = max((thresholds.get(kind, 0.0) for kind in kinds), default=0.0)
+    ops = [graph_op(kind) for kind in kinds]  # InvalidGraphError for an unknown kind
+    t = max((op.tolerance for op in ops), default=0.0)
     rtol, atol = t, t
-    chain = any(p != c for p in kinds & _INEXACT_KINDS for c in kinds & _ACCUMULATING_KINDS)
+    chain = any(p.kind != c.kind for p in ops if p.inexact for c in ops if c.accumulates)
     if chain:
         rtol, atol = max(rtol, _CHAIN_RTOL), max(atol, _CHAIN_ATOL)
     if dtype in _NARROW_ULP:

@@ -3,6 +3,7 @@ nothing but its declaration (``triodnn.graph._op_registry``, the families of ``g
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -12,8 +13,9 @@ from triodnn.graph._lowering import is_supported
 from triodnn.graph._op_registry import GraphOp, graph_op, graph_ops, register, registered
 from triodnn.graph._op_schema import OP_SCHEMAS, OpSchema, check_op
 from triodnn.graph._shape_inference import infer_output_shapes
+from triodnn.kernels import tolerance as kt
 from triodnn.kernels.tolerance import ELTWISE_TRANSCENDENTAL
-from triodnn.testing import reference
+from triodnn.testing import reference, tolerance
 
 FAMILIES = (ops.binary, ops.convolution, ops.data_movement, ops.dropout, ops.eltwise, ops.matmul,
             ops.normalization, ops.pooling, ops.quantization, ops.reduction, ops.resampling, ops.softmax)
@@ -94,3 +96,18 @@ async def test_a_new_kind_needs_only_its_declaration(engine):
     np.testing.assert_allclose(want, x.astype(np.float64) ** 3, rtol=1e-6)
     with pytest.raises(InvalidGraphError, match="unknown op kind 'Cube'"):
         graph_op("Cube")  # gone with the block
+
+
+def test_the_conformance_check_reads_a_kinds_numbers_from_its_declaration():
+    """``testing.tolerance`` takes each kind's threshold and its inexact/accumulating facts from
+    the registry: a kind that declares none is compared exactly."""
+    assert tolerance(["ReLU"], "f32") == (0.0, 0.0)
+    with registered(CUBE):
+        assert tolerance(["Cube"], "f32") == (0.0, 0.0)
+    with registered(attrs.evolve(CUBE, tolerance=1e-3)):
+        assert tolerance(["Cube"], "f32") == (1e-3, 1e-3)
+        assert tolerance(["Cube", "MatMul"], "f32") == (1e-3, 1e-3)  # not inexact: no chain
+    with registered(attrs.evolve(CUBE, inexact=True)):
+        # an inexact op meeting one that accumulates: benchdnn's chain check, rtol 8e-6, atol 2e-5
+        assert tolerance(["Cube", "MatMul"], "f32") == (8e-6, 2e-5)
+        assert tolerance(["Cube", "Add"], "f32") == (kt.BINARY, kt.BINARY)  # Add does not accumulate
