@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _graph_documents import G
 from _shared import GRAPHS, require
 
 import triodnn
@@ -23,42 +24,6 @@ from triodnn.testing._driver import parse_in_shapes, rewrite
 
 SHARED = GRAPHS / "benchdnn" / "complex_fusion" / "mha"
 B, H, SQ, SKV, D = 1, 2, 20, 28, 16
-
-
-def _strides(shape):
-    strides, n = [], 1
-    for d in reversed(shape):
-        strides.append(n)
-        n *= d
-    return strides[::-1]
-
-
-class G:
-    """A graph document under construction."""
-
-    def __init__(self):
-        self.ops, self.next_id = [], 1000
-
-    def t(self, id_: int, shape, dtype: str = "f32") -> dict:
-        return {"id": id_, "dtype": dtype, "shape": list(shape), "stride": _strides(shape),
-                "layout_type": "strided", "property_type": "variable"}
-
-    def op(self, kind: str, inputs, outputs, **attrs) -> None:
-        typed = {}
-        for name, value in attrs.items():
-            kind_ = "bool" if isinstance(value, bool) else "s64[]" if isinstance(value, list) else "s64"
-            typed[name] = {"type": kind_, "value": int(value) if isinstance(value, bool) else value}
-        self.next_id += 1
-        self.ops.append({"id": self.next_id, "name": f"{kind}{self.next_id}", "kind": kind, "attrs": typed,
-                         "inputs": inputs, "outputs": outputs})
-
-    def document(self) -> dict:
-        produced = {t["id"] for op in self.ops for t in op["outputs"]}
-        read = {t["id"] for op in self.ops for t in op["inputs"]}
-        inputs = list(dict.fromkeys(t["id"] for op in self.ops for t in op["inputs"] if t["id"] not in produced))
-        outputs = [t["id"] for op in self.ops for t in op["outputs"] if t["id"] not in read]
-        return {"version": "3.5.0", "engine_kind": "cpu", "fpmath_mode": "strict",
-                "input_ports": inputs, "output_ports": outputs, "graph": self.ops}
 
 
 def backward(dt: str = "f32", scale: str | None = "Multiply", mask: bool = True, ds_output: bool = False) -> G:
