@@ -180,6 +180,20 @@ async def prepare(build, engine, policy, arrays):
     return runs, tensors, out_ids, sum(len(cp.primitives) for cp, _, _ in runs)
 
 
+async def checked_fused(name: str, build, engine, stream):
+    """The graph's fused partitions prepared on ``engine``, run once and checked against the
+    numpy reference, their outputs then poisoned (so a timed run is what a later check sees):
+    (graph, arrays, reference, runs, tensors, output ids)."""
+    graph = build()
+    arrays = make_inputs(graph, seed=1)
+    ref = graph_reference(graph, arrays)
+    runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
+    await run_once(stream, runs)
+    await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
+    await poison_outputs(tensors, out_ids)
+    return graph, arrays, ref, runs, tensors, out_ids
+
+
 def memory_bytes(graph, runs) -> tuple[int, int]:
     """(every tensor of the graph in its own buffer, fused ports + planned scratch - in-place)."""
     tensors = {lt.id: lt for op in graph.ops for lt in (*op.inputs, *op.outputs)}
@@ -200,13 +214,7 @@ async def throughput(args, engine, stream, cases, reps, results) -> None:
     rows = []
     cuda = torch is not None and torch.cuda.is_available()
     for name, build in cases:
-        graph = build()
-        arrays = make_inputs(graph, seed=1)
-        ref = graph_reference(graph, arrays)
-        runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
-        await run_once(stream, runs)
-        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
-        await poison_outputs(tensors, out_ids)
+        graph, arrays, ref, runs, tensors, out_ids = await checked_fused(name, build, engine, stream)
 
         async def ours(runs=runs):
             await stream.wait()
@@ -353,13 +361,7 @@ async def latency(engine, stream, cases, reps, results) -> None:
     against the numpy reference before timing and after it."""
     rows = []
     for name, build in cases:
-        graph = build()
-        arrays = make_inputs(graph, seed=1)
-        ref = graph_reference(graph, arrays)
-        runs, tensors, out_ids, _ = await prepare(build, engine, "fusion", arrays)
-        await run_once(stream, runs)
-        await check_outputs(graph, ref, tensors, out_ids, f"{name}, fused")
-        await poison_outputs(tensors, out_ids)
+        graph, arrays, ref, runs, tensors, out_ids = await checked_fused(name, build, engine, stream)
 
         async def ours(runs=runs):
             times = []

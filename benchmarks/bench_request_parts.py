@@ -24,7 +24,8 @@ import _common as common
 import numpy as np
 import pyopencl as cl
 import trio
-from bench_pipeline import B1, B2, W1, W2, X, Y, mlp_graph
+from bench_pipeline import X, Y, mlp_graph
+from bench_request_stages import mlp_requests
 
 import triodnn
 from triodnn import StreamFlags
@@ -80,14 +81,8 @@ def _table(title: str, n: int, wall_us: float) -> None:
 
 async def run(args):
     n = args.requests or (100 if args.quick else 2000)
-    rng = np.random.default_rng(0)
-    weights = {W1: rng.uniform(-0.1, 0.1, (128, 256)).astype(np.float32),
-               B1: rng.uniform(-0.1, 0.1, 256).astype(np.float32),
-               W2: rng.uniform(-0.1, 0.1, (256, 64)).astype(np.float32),
-               B2: rng.uniform(-0.1, 0.1, 64).astype(np.float32)}
-    xs = [rng.uniform(-1, 1, (32, 128)).astype(np.float32) for _ in range(n)]
-    w = {k: v.astype(np.float64) for k, v in weights.items()}
-    want = np.maximum(xs[-1] @ w[W1] + w[B1], 0) @ w[W2] + w[B2]
+    weights, xs, wants = mlp_requests(n)
+    want = wants[-1]
     results: dict = {"requests": n}
     async with triodnn.open_runtime() as rt:
         engine = await common.open_engine(rt, args)

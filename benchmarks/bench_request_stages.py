@@ -93,9 +93,9 @@ def raw_request(queue, recording_set, plan_steps, x, y) -> tuple[int, int]:
     return t1 - t0, time.perf_counter_ns() - t1
 
 
-async def run(args):
-    n = args.requests or (30 if args.quick else 200)
-    reps = args.reps or (3 if args.quick else 7)
+def mlp_requests(n: int) -> tuple[dict, list, list]:
+    """The MLP's weights (given once), ``n`` request inputs x, and each request's float64
+    reference output."""
     rng = np.random.default_rng(0)
     weights = {W1: rng.uniform(-0.1, 0.1, (128, 256)).astype(np.float32),
                B1: rng.uniform(-0.1, 0.1, 256).astype(np.float32),
@@ -104,6 +104,13 @@ async def run(args):
     xs = [rng.uniform(-1, 1, (32, 128)).astype(np.float32) for _ in range(n)]
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     want = [np.maximum(x @ w[W1] + w[B1], 0) @ w[W2] + w[B2] for x in xs]
+    return weights, xs, want
+
+
+async def run(args):
+    n = args.requests or (30 if args.quick else 200)
+    reps = args.reps or (3 if args.quick else 7)
+    weights, xs, want = mlp_requests(n)
     results: dict = {"requests": n, "reps": reps}
     async with triodnn.open_runtime() as rt:
         engine = await common.open_engine(rt, args)
