@@ -742,7 +742,7 @@ class Execution:
         stream = self._stream
         counters = self._counters
         # Before a buffer set is taken or a constant leased for a request that cannot be submitted.
-        stream.check_submitter(recording.label)
+        stream.check_can_submit(recording.label)
         deps = list(self._deps)
         sources: list = []
         leases: list[_constant_cache.Entry] = []

@@ -137,14 +137,7 @@ class Stream:
         if actor.closed:
             raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
-            self.check_submitter(label)
-
-    def check_submitter(self, label: str) -> None:
-        """``WrongThreadError`` naming ``label`` unless the caller runs in this stream's trio run,
-        before anything is taken or enqueued for it. On that thread it is one identity test: the
-        message is built only for a culprit (an f-string per request cost more than the test)."""
-        actor = self._actor
-        if not actor.on_run_thread():
+            # Built only for a culprit: an f-string per request cost more than the identity test.
             actor.check_thread(label, f"submitted to a stream of {self.engine}")
 
     def submit_sequence(self, label: str, plan: LaunchPlan, buffers: tuple, keys: tuple, after: tuple,
@@ -155,23 +148,16 @@ class Stream:
         ``uses``: every buffer it touches once (a user allocator's go back to its ``free`` after
         this command). Callers are the recorders of the graph layer; instruments see the
         command as one."""
+        self.check_can_submit(label)
         actor = self._actor
-        if actor.closed:
-            raise actor.refusal(str(self.engine))
-        if not actor.on_run_thread():
-            self.check_submitter(label)
         submission = Submission(actor, label)
         actor.submit(KernelSequence(submission, deps, plan, buffers, keys, after, uploads, downloads))
         note_uses(uses, submission)
         return Event(submission)
 
     def _submission(self, label: str) -> Submission:
-        actor = self._actor
-        if actor.closed:
-            raise actor.refusal(str(self.engine))
-        if not actor.on_run_thread():
-            self.check_submitter(label)
-        return Submission(actor, label)
+        self.check_can_submit(label)
+        return Submission(self._actor, label)
 
     def _hand_over(self, command: Command, started: int = 0) -> Event:
         """Tell the instruments, give ``command`` to the stream actor (which may enqueue it at
@@ -205,7 +191,7 @@ class Stream:
         if actor.closed:
             raise actor.refusal(str(self.engine))
         if not actor.on_run_thread():
-            self.check_submitter(primitive.label)
+            actor.check_thread(primitive.label, f"submitted to a stream of {self.engine}")
         submission = Submission(actor, primitive.label)
         command = KernelLaunch(submission, deps, primitive, buffers)
         if INSTRUMENTS.submit_hooks:
