@@ -491,6 +491,18 @@ def prelu_slope_shape(kind: str, attrs_: Mapping, src: Shape, slope: Shape) -> S
     return (1,) * (len(src) - len(slope)) + slope
 
 
+def one_output(rule):
+    """A shape rule (``GraphOp.shapes``) from ``rule(kind, attrs, shapes) -> shape``, for an op
+    with one output."""
+    return lambda kind, a, shapes, num_outputs: [rule(kind, a, shapes)]
+
+
+def shaped_as_input(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
+    """The shape rule of an op whose one output has its first input's shape (unary eltwise,
+    Reorder, TypeCast)."""
+    return [shapes[0]]
+
+
 def check_same_known(kind: str, shape: Shape, want: Shape, name: str, other: str) -> None:
     """ShapeInferenceError unless ``shape`` is ``want`` wherever both dims are known (the
     backward ops: a gradient has the shape of the tensor it is the gradient of)."""

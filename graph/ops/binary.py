@@ -32,6 +32,7 @@ from .._shape_inference import (
     broadcast_shapes,
     check_one_way,
     fmt_shape,
+    one_output,
     same_shapes,
     shape_error,
 )
@@ -182,8 +183,8 @@ register(*numbered([
       for kind in _BINARY),
     GraphOp(_BY_KIND["SquaredDifference"], shapes=_binary_shape, lower=_lower_squared_difference,
             reference=_binary_op_reference),
-    GraphOp(_BY_KIND["Select"], shapes=lambda kind, a, shapes, n: [_select_shape(kind, a, shapes)], lower=_lower_select,
+    GraphOp(_BY_KIND["Select"], shapes=one_output(_select_shape), lower=_lower_select,
             reference=_select_op_reference),
-    GraphOp(_BY_KIND["BiasAdd"], shapes=lambda kind, a, shapes, n: [_bias_add_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["BiasAdd"], shapes=one_output(_bias_add_shape),
             lower=_lower_bias_add, reference=_bias_add_op_reference),
 ], _NUMBERS))

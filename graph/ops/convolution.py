@@ -49,6 +49,7 @@ from .._shape_inference import (
     conv_transpose_weights_order,
     fmt_shape,
     ncx_to_nxc,
+    one_output,
     shape_error,
     spatial_geometry,
 )
@@ -315,9 +316,9 @@ _NUMBERS = dict.fromkeys(("Convolution", "ConvolutionBackwardData", "Convolution
 
 
 register(*numbered([
-    GraphOp(_BY_KIND["Convolution"], shapes=lambda kind, a, shapes, n: [_convolution_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["Convolution"], shapes=one_output(_convolution_shape),
             lower=lower_convolution, reference=_convolution_op_reference, check_attrs=_spatial_attrs),
-    GraphOp(_BY_KIND["ConvTranspose"], shapes=lambda kind, a, shapes, n: [_conv_transpose_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["ConvTranspose"], shapes=one_output(_conv_transpose_shape),
             lower=_lower_conv_transpose, reference=_convolution_op_reference, check_attrs=_spatial_attrs),
     *(GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [conv_backward_geometry(kind, a, shapes).output],
               lower=_lower_conv_backward, reference=_conv_backward_op_reference, check_attrs=_spatial_attrs)

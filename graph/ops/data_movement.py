@@ -39,7 +39,9 @@ from .._shape_inference import (
     Shape,
     fmt_shape,
     normal_axis,
+    one_output,
     shape_error,
+    shaped_as_input,
 )
 
 
@@ -182,10 +184,6 @@ def _axes_once(kind: str, a: dict) -> None:
         raise attr_error(kind, f"attribute 'order' {order} repeats an axis")
 
 
-def _same_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
-    return [shapes[0]]
-
-
 def _transpose_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
     order = transpose_order(kind, a, len(shapes[0]))
     return [tuple(shapes[0][axis] for axis in order)]
@@ -201,14 +199,14 @@ def _as_given(kind: str, a: dict, inputs: list, num_outputs: int) -> list:
 
 
 register(
-    GraphOp(_BY_KIND["Reorder"], shapes=_same_shape, lower=_lower_reorder, reference=_as_given),
-    GraphOp(_BY_KIND["TypeCast"], shapes=_same_shape, lower=_lower_reorder, reference=_as_given),
+    GraphOp(_BY_KIND["Reorder"], shapes=shaped_as_input, lower=_lower_reorder, reference=_as_given),
+    GraphOp(_BY_KIND["TypeCast"], shapes=shaped_as_input, lower=_lower_reorder, reference=_as_given),
     GraphOp(_BY_KIND["StaticReshape"], shapes=lambda kind, a, shapes, n: [reshape_target(kind, a, shapes[0])],
             lower=_lower_reshape, check_attrs=_one_minus_one,
             reference=lambda kind, a, inputs, n: [inputs[0].reshape(reshape_target(kind, a, inputs[0].shape))]),
     GraphOp(_BY_KIND["StaticTranspose"], shapes=_transpose_shape, lower=_lower_transpose, check_attrs=_axes_once,
             reference=lambda kind, a, inputs, n: [np.transpose(inputs[0], transpose_order(kind, a, inputs[0].ndim))]),
-    GraphOp(_BY_KIND["Concat"], shapes=lambda kind, a, shapes, n: [_concat_shape(kind, a, shapes)], lower=_lower_concat,
+    GraphOp(_BY_KIND["Concat"], shapes=one_output(_concat_shape), lower=_lower_concat,
             reference=lambda kind, a, inputs, n: [np.concatenate(inputs, axis=a["axis"])]),
     GraphOp(_BY_KIND["GenIndex"], shapes=_gen_index_shape, lower=_lower_gen_index,
             reference=lambda kind, a, inputs, n: [_gen_index_reference(a, inputs[0])]),

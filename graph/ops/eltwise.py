@@ -45,6 +45,7 @@ from .._shape_inference import (
     fmt_shape,
     prelu_slope_shape,
     shape_error,
+    shaped_as_input,
 )
 from ._float64 import f64
 
@@ -245,10 +246,6 @@ UNARY_ELTWISE_KINDS = frozenset(schema.kind for schema in _SCHEMAS if schema.cat
 ELTWISE_BACKWARD_KINDS = frozenset(schema.kind for schema in _SCHEMAS if schema.category == "eltwise_backward")
 
 
-def _same_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
-    return [shapes[0]]
-
-
 def _backward_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
     # diff_src is shaped like src (or dst); diff_dst must be too (no broadcasting).
     if tuple(shapes[1]) != tuple(shapes[0]) and all(d >= 0 for d in (*shapes[0], *shapes[1])):
@@ -305,7 +302,7 @@ _NUMBERS = {
 
 
 register(*numbered([
-    *(GraphOp(_BY_KIND[kind], shapes=_same_shape, lower=_lower_unary, reference=_unary_op_reference)
+    *(GraphOp(_BY_KIND[kind], shapes=shaped_as_input, lower=_lower_unary, reference=_unary_op_reference)
       for kind in sorted(UNARY_ELTWISE_KINDS)),
     *(GraphOp(_BY_KIND[kind], shapes=_backward_shape, lower=_lower_eltwise_backward, reference=_backward_op_reference)
       for kind in sorted(ELTWISE_BACKWARD_KINDS)),

@@ -37,6 +37,7 @@ from .._shape_inference import (
     broadcast_shapes,
     check_one_way,
     fmt_shape,
+    one_output,
     shape_error,
 )
 from ._float64 import f64
@@ -133,6 +134,6 @@ _NUMBERS = {"MatMul": Numbers(accumulates=True)}
 
 
 register(*numbered([
-    GraphOp(_BY_KIND["MatMul"], shapes=lambda kind, a, shapes, n: [_matmul_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["MatMul"], shapes=one_output(_matmul_shape),
             lower=lower_matmul, reference=_matmul_op_reference),
 ], _NUMBERS))

@@ -48,6 +48,7 @@ from .._shape_inference import (
     check_one_way,
     fmt_shape,
     normal_axis,
+    one_output,
     shape_error,
 )
 from ._float64 import f64
@@ -459,7 +460,7 @@ register(*numbered([
             check_arguments=_layer_norm_arguments),
     GraphOp(_BY_KIND["RMSNorm"], shapes=_rms_norm_shape, lower=_lower_rms_norm,
             reference=lambda kind, a, inputs, n: _rms_norm_reference(a, _values(inputs), n)),
-    GraphOp(_BY_KIND["BatchNormInference"], shapes=lambda kind, a, shapes, n: [_batch_norm_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["BatchNormInference"], shapes=one_output(_batch_norm_shape),
             lower=_lower_batch_norm, reference=lambda kind, a, inputs, n: [_batch_norm_reference(a, _values(inputs))]),
     GraphOp(_BY_KIND["BatchNormForwardTraining"], shapes=_norm_training_shape, lower=_lower_batch_norm_training,
             reference=lambda kind, a, inputs, n: _batch_norm_training_reference(a, _values(inputs)),

@@ -35,6 +35,7 @@ from .._shape_inference import (
     Shape,
     fmt_shape,
     ncx_to_nxc,
+    one_output,
     shape_error,
     spatial_geometry,
 )
@@ -222,13 +223,13 @@ _NUMBERS = {
 
 
 register(*numbered([
-    *(GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [_pool_shape(kind, a, shapes)], lower=_lower_pool,
+    *(GraphOp(_BY_KIND[kind], shapes=one_output(_pool_shape), lower=_lower_pool,
               reference=lambda kind, a, inputs, n: [_pool_reference(kind, a, f64(inputs[0]))], check_attrs=_pool_attrs)
       for kind in ("MaxPool", "AvgPool")),
-    GraphOp(_BY_KIND["MaxPoolBackward"], shapes=lambda kind, a, shapes, n: [_pool_backward_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["MaxPoolBackward"], shapes=one_output(_pool_backward_shape),
             lower=_lower_pool_backward, check_attrs=_pool_attrs,
             reference=lambda kind, a, inputs, n: [_pool_backward_reference(kind, a, [f64(x) for x in inputs])]),
-    GraphOp(_BY_KIND["AvgPoolBackward"], shapes=lambda kind, a, shapes, n: [_pool_backward_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["AvgPoolBackward"], shapes=one_output(_pool_backward_shape),
             lower=_lower_pool_backward, check_attrs=_pool_attrs, attrs_from_inputs=_src_shape_input,
             reference=lambda kind, a, inputs, n: [_pool_backward_reference(kind, a, [f64(x) for x in inputs])]),
 ], _NUMBERS))

@@ -32,6 +32,7 @@ from .._op_schema import (
 from .._shape_inference import (
     Shape,
     normal_axis,
+    one_output,
     shape_error,
 )
 from ._float64 import f64
@@ -162,7 +163,7 @@ _NUMBERS = {
 
 
 register(*numbered([
-    GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [_reduce_shape(kind, a, shapes)], lower=_lower_reduce,
+    GraphOp(_BY_KIND[kind], shapes=one_output(_reduce_shape), lower=_lower_reduce,
             reference=lambda kind, a, inputs, n: [_reduce_reference(kind, a, [f64(x) for x in inputs])],
             check_attrs=_axes_once, check_arguments=_axes_given_once, attrs_from_inputs=_axes_input)
     for kind in _REDUCE

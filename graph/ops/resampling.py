@@ -37,6 +37,7 @@ from .._shape_inference import (
     check_same_known,
     fmt_shape,
     infer_output_shapes,
+    one_output,
     shape_error,
 )
 from ._float64 import f64
@@ -160,7 +161,7 @@ _NUMBERS = {
 
 
 register(*numbered([
-    GraphOp(_BY_KIND["Interpolate"], shapes=lambda kind, a, shapes, n: [_interpolate_shape(kind, a, shapes)],
+    GraphOp(_BY_KIND["Interpolate"], shapes=one_output(_interpolate_shape),
             lower=_lower_interpolate, check_attrs=_sizes_or_scales, lowers=_lowers,
             reference=lambda kind, a, inputs, n: [_interpolate_reference(a, f64(inputs[0]))]),
     GraphOp(_BY_KIND["InterpolateBackward"], shapes=_backward_shape, lower=_lower_interpolate_backward,
