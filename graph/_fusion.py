@@ -22,19 +22,9 @@ import attrs
 
 from ._logical_tensor import LogicalTensor, known_shape
 from ._op import Op, producers_and_consumers
+from ._op_registry import graph_op
+from .ops.binary import COMMUTATIVE_KINDS, POST_OP_ALGORITHMS
 from .ops.eltwise import UNARY_ELTWISE_KINDS, eltwise_parameters
-
-# Anchors whose primitives take post-ops, with how their dst relates to the graph's output:
-# the same dims, or (for NXC data) a channels-first view of them.
-_ANCHORS = frozenset({
-    "MatMul", "Convolution", "SoftMax", "LogSoftmax", "LayerNorm", "RMSNorm", "BatchNormInference",
-    "GroupNorm", "Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "BiasAdd",
-    "Abs", "Clamp", "Elu", "Exp", "GELU", "HardSigmoid", "HardSwish", "LeakyReLU", "Log", "Mish",
-    "Pow", "Reciprocal", "ReLU", "Round", "Sigmoid", "SoftPlus", "Sqrt", "Square", "Tanh",
-})
-_BINARY_POST_OPS = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div",
-                    "Maximum": "max", "Minimum": "min"}
-_COMMUTATIVE = frozenset({"Add", "Multiply", "Maximum", "Minimum"})
 
 
 @attrs.frozen
@@ -49,14 +39,9 @@ class Chain:
 
 
 def _anchor_ok(op: Op) -> bool:
-    if op.kind not in _ANCHORS or len(op.outputs) != 1:
-        return False
-    if op.kind == "MatMul":
-        return all(len(known_shape(lt)) >= 2 for lt in op.inputs[:2])
-    if op.kind in ("LayerNorm", "RMSNorm"):
-        ndims = len(known_shape(op.inputs[0]))
-        return op.attrs.get("begin_norm_axis", -1) % ndims == ndims - 1
-    return True
+    """Whether ``op`` can carry post-ops: its kind's family says (``GraphOp.post_op_anchor``)."""
+    rule = graph_op(op.kind).post_op_anchor
+    return rule is not None and len(op.outputs) == 1 and rule(op)
 
 
 def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
@@ -121,11 +106,11 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
                 if anchor.kind == "MatMul" and fmt == "NCX" and len(known_shape(current)) > 2:
                     break
                 entries.append(("binary", "add", bias, fmt))
-            elif link.kind in _BINARY_POST_OPS and link.attrs.get("auto_broadcast", "numpy") in ("numpy", "none"):
+            elif link.kind in POST_OP_ALGORITHMS and link.attrs.get("auto_broadcast", "numpy") in ("numpy", "none"):
                 first, second = link.inputs
                 if first.id == current.id and second.id != current.id:
                     other = second
-                elif second.id == current.id and link.kind in _COMMUTATIVE:
+                elif second.id == current.id and link.kind in COMMUTATIVE_KINDS:
                     other = first
                 else:
                     break
@@ -134,7 +119,7 @@ def find_chains(ops: list[Op], output_ids: set[int]) -> dict[int, Chain]:
                 if known_shape(link.outputs[0]) != known_shape(current) or \
                         not _broadcasts_into(other.shape, known_shape(current)):
                     break
-                entries.append(("binary", _BINARY_POST_OPS[link.kind], other, None))
+                entries.append(("binary", POST_OP_ALGORITHMS[link.kind], other, None))
             else:
                 break
             taken.add(link.id)

@@ -49,6 +49,22 @@ ArgumentCheck = Callable[[str, dict, int, int], None]
 # (normalised attributes, input arrays) -> attributes: what an input's values say that an
 # attribute says otherwise (a reduction's axes given as a tensor), for the reference.
 AttrsFromInputs = Callable[[dict, list["np.ndarray"]], dict]
+# (op) -> whether this op can carry a chain of post-ops (``_fusion``): its primitive takes them,
+# and its dst is the graph's output tensor (the same dims, or for NXC data a channels-first view).
+AnchorRule = Callable[["Op"], bool]
+
+# What a kind's inputs are filled with by the conformance check (``triodnn.testing.fill_input``)
+# where the default small integers would go wrong: "positive" (the op's domain), "integer_sum"
+# (sums of products stay exact), "divisor" (no zeros), "norm" (a spread the mean and variance
+# resolve), "transcendental" (quarters over a range that exercises the curve),
+# "softmax_gradient" and "log_softmax_gradient" (values a forward could have given).
+FILLINGS = ("positive", "integer_sum", "divisor", "norm", "transcendental", "softmax_gradient",
+            "log_softmax_gradient")
+
+
+def any_op(op: Op) -> bool:
+    """The anchor rule of kinds whose every op can carry post-ops."""
+    return True
 
 
 @attrs.frozen(eq=False)
@@ -72,10 +88,14 @@ class GraphOp:
     # its f32 threshold t against the float64 reference, |got - ref| <= t * max(1, |ref|), 0 for
     # exact; whether it turns the dyadic test filling into arbitrary reals (transcendental,
     # dividing, averaging); whether it sums many elements. Where an inexact op and an accumulating
-    # one meet in a partition, the check allows benchdnn's chain tolerance.
+    # one meet in a partition, the check allows benchdnn's chain tolerance. ``filling`` is one of
+    # FILLINGS, or None for the default filling.
     tolerance: float = 0.0
     inexact: bool = False
     accumulates: bool = False
+    filling: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(FILLINGS)))
+    # Whether an op of the kind anchors a post-op chain (``AnchorRule``); None: none does.
+    post_op_anchor: AnchorRule | None = None
 
     @property
     def runs(self) -> bool:
@@ -96,6 +116,7 @@ class Numbers:
     tolerance: float = 0.0
     inexact: bool = False
     accumulates: bool = False
+    filling: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(FILLINGS)))
 
 
 def numbered(ops, numbers: Mapping[str, Numbers]) -> list[GraphOp]:

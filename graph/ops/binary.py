@@ -19,7 +19,7 @@ from .._lowering import (
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, any_op, numbered, register
 from .._op_schema import (
     OpSchema,
     attr_map,
@@ -69,6 +69,10 @@ def _select_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
 
 _BINARY = {"Add": "add", "Subtract": "sub", "Multiply": "mul", "Divide": "div", "Maximum": "max",
            "Minimum": "min", "GreaterEqual": "ge"}
+# The arithmetic kinds a post-op chain can absorb (the binary post-op's algorithm), and those
+# whose chain value may be either operand.
+POST_OP_ALGORITHMS = {kind: alg for kind, alg in _BINARY.items() if kind != "GreaterEqual"}
+COMMUTATIVE_KINDS = frozenset({"Add", "Multiply", "Maximum", "Minimum"})
 
 
 def _lower_binary(b: Builder, op: Op) -> None:
@@ -174,17 +178,18 @@ def _bias_add_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -
 # -cl-fp32-correctly-rounded-divide-sqrt: the non-transcendental eltwise bound (4e-6) covers it.
 _NUMBERS = {
     **dict.fromkeys(("Add", "Subtract", "Multiply", "BiasAdd", "SquaredDifference"), Numbers(kt.BINARY)),
-    "Divide": Numbers(kt.ELTWISE, inexact=True),
+    "Divide": Numbers(kt.ELTWISE, inexact=True, filling="divisor"),
 }
 
 
 register(*numbered([
-    *(GraphOp(_BY_KIND[kind], shapes=_binary_shape, lower=_lower_binary, reference=_binary_op_reference)
+    *(GraphOp(_BY_KIND[kind], shapes=_binary_shape, lower=_lower_binary, reference=_binary_op_reference,
+              post_op_anchor=any_op if kind in POST_OP_ALGORITHMS else None)
       for kind in _BINARY),
     GraphOp(_BY_KIND["SquaredDifference"], shapes=_binary_shape, lower=_lower_squared_difference,
             reference=_binary_op_reference),
     GraphOp(_BY_KIND["Select"], shapes=one_output(_select_shape), lower=_lower_select,
             reference=_select_op_reference),
     GraphOp(_BY_KIND["BiasAdd"], shapes=one_output(_bias_add_shape),
-            lower=_lower_bias_add, reference=_bias_add_op_reference),
+            lower=_lower_bias_add, reference=_bias_add_op_reference, post_op_anchor=any_op),
 ], _NUMBERS))

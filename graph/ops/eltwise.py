@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
 import numpy as np
 
 from ..._values import (
@@ -30,7 +31,7 @@ from .._lowering import (
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, any_op, numbered, register
 from .._op_schema import (
     GELU_MODES,
     AttrSpec,
@@ -299,10 +300,19 @@ _NUMBERS = {
        for kind in ELTWISE_BACKWARD_KINDS},
     "PReLUBackward": Numbers(accumulates=True),  # PReLU's products and sums of integers: exact
 }
+# The conformance check's inputs: in the domain of Log, Sqrt, Pow and Reciprocal; quarters over
+# a range that exercises the curves of the transcendental ones.
+_FILLINGS = {
+    **dict.fromkeys(("Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"), "positive"),
+    **dict.fromkeys(("GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus", "GELUBackward", "TanhBackward",
+                     "SigmoidBackward", "EluBackward", "MishBackward", "SoftPlusBackward"), "transcendental"),
+}
+_NUMBERS.update((kind, attrs.evolve(_NUMBERS[kind], filling=filling)) for kind, filling in _FILLINGS.items())
 
 
 register(*numbered([
-    *(GraphOp(_BY_KIND[kind], shapes=shaped_as_input, lower=_lower_unary, reference=_unary_op_reference)
+    *(GraphOp(_BY_KIND[kind], shapes=shaped_as_input, lower=_lower_unary, reference=_unary_op_reference,
+              post_op_anchor=any_op)
       for kind in sorted(UNARY_ELTWISE_KINDS)),
     *(GraphOp(_BY_KIND[kind], shapes=_backward_shape, lower=_lower_eltwise_backward, reference=_backward_op_reference)
       for kind in sorted(ELTWISE_BACKWARD_KINDS)),

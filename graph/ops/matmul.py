@@ -130,10 +130,16 @@ def _matmul_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -> 
 # On the integer filling a matmul is exact in any summation order: benchdnn graph says f32
 # partitions are "supposed to be exact on both ends". Non-integer operands (a softmax before it)
 # are covered by the chain allowance of the conformance check.
-_NUMBERS = {"MatMul": Numbers(accumulates=True)}
+_NUMBERS = {"MatMul": Numbers(accumulates=True, filling="integer_sum")}
+
+
+def _anchors_post_ops(op: Op) -> bool:
+    # The matmul primitive's post-ops broadcast over its dst's last two dims: vectors first
+    # become matrices in the lowering, so a chain needs both operands to be matrices already.
+    return all(len(known_shape(lt)) >= 2 for lt in op.inputs[:2])
 
 
 register(*numbered([
     GraphOp(_BY_KIND["MatMul"], shapes=one_output(_matmul_shape),
-            lower=lower_matmul, reference=_matmul_op_reference),
+            lower=lower_matmul, reference=_matmul_op_reference, post_op_anchor=_anchors_post_ops),
 ], _NUMBERS))

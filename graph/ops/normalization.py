@@ -33,7 +33,7 @@ from .._lowering import (
     row_major_as,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, any_op, numbered, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -444,24 +444,33 @@ def _values(inputs: list) -> list:
 
 # The normalization primitives' thresholds (kernels.tolerance, kernels.normalization_bwd).
 _NUMBERS = {
-    "LayerNorm": Numbers(kt.normalization("layer_normalization"), inexact=True, accumulates=True),
-    "RMSNorm": Numbers(kt.normalization("rms_normalization"), inexact=True, accumulates=True),
+    "LayerNorm": Numbers(kt.normalization("layer_normalization"), inexact=True, accumulates=True, filling="norm"),
+    "RMSNorm": Numbers(kt.normalization("rms_normalization"), inexact=True, accumulates=True, filling="norm"),
     "GroupNorm": Numbers(kt.normalization("group_normalization"), inexact=True, accumulates=True),
-    "BatchNormInference": Numbers(kt.normalization("batch_normalization"), inexact=True),
-    "BatchNormForwardTraining": Numbers(normalization_bwd.TRAINING, inexact=True, accumulates=True),
-    "BatchNormTrainingBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True),
-    "LayerNormBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True),
+    "BatchNormInference": Numbers(kt.normalization("batch_normalization"), inexact=True, filling="norm"),
+    "BatchNormForwardTraining": Numbers(normalization_bwd.TRAINING, inexact=True, accumulates=True, filling="norm"),
+    "BatchNormTrainingBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True,
+                                         filling="norm"),
+    "LayerNormBackward": Numbers(normalization_bwd.BACKWARD, inexact=True, accumulates=True, filling="norm"),
 }
+
+
+def _normalizes_last_axis(op: Op) -> bool:
+    # The layer and RMS normalization primitives take post-ops over the last axis only.
+    ndims = len(known_shape(op.inputs[0]))
+    return op.attrs.get("begin_norm_axis", -1) % ndims == ndims - 1
 
 
 register(*numbered([
     GraphOp(_BY_KIND["LayerNorm"], shapes=_layer_norm_shape, lower=_lower_layer_norm,
             reference=lambda kind, a, inputs, n: _layer_norm_reference(a, _values(inputs), n),
-            check_arguments=_layer_norm_arguments),
+            check_arguments=_layer_norm_arguments, post_op_anchor=_normalizes_last_axis),
     GraphOp(_BY_KIND["RMSNorm"], shapes=_rms_norm_shape, lower=_lower_rms_norm,
-            reference=lambda kind, a, inputs, n: _rms_norm_reference(a, _values(inputs), n)),
+            reference=lambda kind, a, inputs, n: _rms_norm_reference(a, _values(inputs), n),
+            post_op_anchor=_normalizes_last_axis),
     GraphOp(_BY_KIND["BatchNormInference"], shapes=one_output(_batch_norm_shape),
-            lower=_lower_batch_norm, reference=lambda kind, a, inputs, n: [_batch_norm_reference(a, _values(inputs))]),
+            lower=_lower_batch_norm, reference=lambda kind, a, inputs, n: [_batch_norm_reference(a, _values(inputs))],
+            post_op_anchor=any_op),
     GraphOp(_BY_KIND["BatchNormForwardTraining"], shapes=_norm_training_shape, lower=_lower_batch_norm_training,
             reference=lambda kind, a, inputs, n: _batch_norm_training_reference(a, _values(inputs)),
             check_arguments=_training_arguments),
@@ -472,5 +481,6 @@ register(*numbered([
             reference=lambda kind, a, inputs, n: _layer_norm_backward_reference(a, _values(inputs), n),
             check_arguments=_training_arguments),
     GraphOp(_BY_KIND["GroupNorm"], shapes=_group_norm_shape, lower=_lower_group_norm,
-            reference=lambda kind, a, inputs, n: _group_norm_reference(a, _values(inputs), n)),
+            reference=lambda kind, a, inputs, n: _group_norm_reference(a, _values(inputs), n),
+            post_op_anchor=any_op),
 ], _NUMBERS))

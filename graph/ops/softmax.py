@@ -17,7 +17,7 @@ from .._lowering import (
     Builder,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, any_op, numbered, register
 from .._op_schema import (
     SOFTMAX_MODES,
     AttrSpec,
@@ -135,14 +135,17 @@ def _backward_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -
 _NUMBERS = {
     "SoftMax": Numbers(kt.softmax("softmax"), inexact=True, accumulates=True),
     "LogSoftmax": Numbers(kt.softmax("logsoftmax"), inexact=True, accumulates=True),
-    "SoftMaxBackward": Numbers(kernel_softmax_bwd.threshold("softmax"), accumulates=True),
-    "LogSoftmaxBackward": Numbers(kernel_softmax_bwd.threshold("logsoftmax"), inexact=True, accumulates=True),
+    "SoftMaxBackward": Numbers(kernel_softmax_bwd.threshold("softmax"), accumulates=True,
+                               filling="softmax_gradient"),
+    "LogSoftmaxBackward": Numbers(kernel_softmax_bwd.threshold("logsoftmax"), inexact=True, accumulates=True,
+                                  filling="log_softmax_gradient"),
 }
 
 
 register(*numbered([
     *(GraphOp(_BY_KIND[kind], shapes=_softmax_shape, lower=_lower_softmax,
-              reference=lambda kind, a, inputs, n: list(_softmax_reference(kind, a, f64(inputs[0])))[:n])
+              reference=lambda kind, a, inputs, n: list(_softmax_reference(kind, a, f64(inputs[0])))[:n],
+              post_op_anchor=any_op)
       for kind in ("SoftMax", "LogSoftmax")),
     *(GraphOp(_BY_KIND[kind], shapes=_backward_shape, lower=_lower_softmax_backward, reference=_backward_op_reference)
       for kind in ("SoftMaxBackward", "LogSoftmaxBackward")),

@@ -4,8 +4,9 @@ benchdnn fills each input so the reference and the library compute the same numb
 they can: small integers for matmul and convolution (every product and partial sum is an exact
 float32 integer, so any summation order gives the exact result), powers of two for scales (a
 product or quotient by one only moves the exponent), positive values where the math needs them.
-``fill_input`` applies these rules by the kinds of the ops that consume a tensor and, where the
-caller knows it, the tensor's role.
+``fill_input`` applies these rules by the fillings the kinds of a tensor's consumers declare in
+their family modules (``GraphOp.filling``, named in brackets below) and, where the caller knows
+it, the tensor's role.
 
 Rules, in order (the first that applies wins):
 
@@ -17,22 +18,23 @@ Rules, in order (the first that applies wins):
 3. role ``"mask"``: an additive attention mask, 0 or -inf, with the first element of every row
    (along the last axis) 0, so no row is masked entirely (``inf_as_zero`` tests set such rows
    on purpose).
-4. role ``"divisor"``, or a consumer among Log, Sqrt(Backward), Pow, Reciprocal: positive values. Divisors
+4. role ``"divisor"``, or a consumer among Log, Sqrt(Backward), Pow, Reciprocal [positive]: positive values. Divisors
    are powers of two from 1/2 to 4 (quotients exact); Log/Sqrt/Pow inputs are multiples of 1/8 in
    [1/8, 4] (exact in bf16 and f16, away from log's and sqrt's singular point).
 5. roles ``"variance"`` and ``"gamma"`` (BatchNormInference, LayerNorm, RMSNorm and the
    training ops BatchNormForwardTraining, BatchNormTrainingBackward, LayerNormBackward): positive
    multiples of 1/4 in [1/4, 2]; ``"beta"`` and ``"mean"``: multiples of 1/4 in [-2, 2].
-6. consumed by MatMul, Convolution, or a Divide with no role (it could be either operand):
+6. consumed by MatMul, Convolution [integer_sum], or a Divide [divisor] with no role (it could be either operand):
    integers in [-4, 4], without 0 when a Divide consumes it. Sums of products of these stay
    exact in float32 for reductions of up to 2^20 terms.
-7. consumed by LayerNorm, RMSNorm, BatchNormInference or a training one: multiples of 1/16 in [-4, 4], so every
+7. consumed by LayerNorm, RMSNorm, BatchNormInference or a training one [norm]: multiples of 1/16 in [-4, 4], so every
    normalised row has a spread (nonzero variance).
 8. consumed only by transcendental eltwise ops (GELU, Tanh, Sigmoid, Exp, Elu, Mish, SoftPlus,
-   and their Backward ops):
+   and their Backward ops) [transcendental]:
    multiples of 1/4 in [-4, 4], which cover the curved part of each function.
-8b. consumed only by SoftMaxBackward: multiples of 1/8 in [0, 1] (softmax's range); only by
-   LogSoftmaxBackward: multiples of 1/8 in [-2, 0] (logsoftmax's sign), see ``_float_values``.
+8b. consumed only by SoftMaxBackward [softmax_gradient]: multiples of 1/8 in [0, 1] (softmax's
+   range); only by LogSoftmaxBackward [log_softmax_gradient]: multiples of 1/8 in [-2, 0]
+   (logsoftmax's sign), see ``_float_values``.
 9. anything else (binary ops, softmax, reductions, data movement): integers in [-4, 4].
    Softmax sees differences of at most 8, far from exp's overflow.
 
@@ -53,18 +55,10 @@ import numpy as np
 
 from .._values._dtypes import from_storage, to_storage
 from .._values._errors import InvalidArgumentError
-from ..graph._op_registry import graph_op
+from ..graph._op_registry import graph_op, graph_ops
 from ..graph._op_schema import normalize_attrs
 from ..graph.ops.normalization import norm_axes
 
-_POSITIVE_KINDS = frozenset({"Log", "Sqrt", "Pow", "Reciprocal", "SqrtBackward"})
-_EXACT_SUM_KINDS = frozenset({"MatMul", "Convolution"})
-_NORM_KINDS = frozenset({"LayerNorm", "RMSNorm", "BatchNormInference",
-                         # normalization training
-                         "BatchNormForwardTraining", "BatchNormTrainingBackward", "LayerNormBackward"})
-_TRANSCENDENTAL_KINDS = frozenset({"GELU", "Tanh", "Sigmoid", "Exp", "Elu", "Mish", "SoftPlus",
-                                   "GELUBackward", "TanhBackward", "SigmoidBackward", "EluBackward",
-                                   "MishBackward", "SoftPlusBackward"})
 ROLES = ("scale", "mask", "divisor", "gamma", "beta", "mean", "variance",
          "probability")  # Dropout's p
 
@@ -73,7 +67,14 @@ def _choice(rng: np.random.Generator, values, shape) -> np.ndarray:
     return rng.choice(np.asarray(values, dtype=np.float64), size=shape)
 
 
-def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.random.Generator,
+def _fillings(consumer_kinds: frozenset[str]) -> list[str | None]:
+    """The filling each consumer kind's family declares (``GraphOp.filling``); None for the
+    default, and for names that are not op kinds."""
+    ops = graph_ops()
+    return [ops[kind].filling if kind in ops else None for kind in consumer_kinds]
+
+
+def _float_values(shape: tuple[int, ...], fillings: list[str | None], rng: np.random.Generator,
                   role: str | None) -> np.ndarray:
     if role == "scale":
         return _choice(rng, [0.125, 0.25, 0.5, 1.0, 2.0, 4.0], shape)
@@ -86,28 +87,28 @@ def _float_values(shape: tuple[int, ...], consumers: frozenset[str], rng: np.ran
         return mask
     if role == "divisor":
         return _choice(rng, [0.5, 1.0, 2.0, 4.0], shape)
-    if consumers & _POSITIVE_KINDS:
+    if "positive" in fillings:
         return rng.integers(1, 33, size=shape) / 8.0
     if role in ("gamma", "variance"):
         return rng.integers(1, 9, size=shape) / 4.0
     if role in ("beta", "mean"):
         return rng.integers(-8, 9, size=shape) / 4.0
-    if consumers & _EXACT_SUM_KINDS or "Divide" in consumers:
+    if "integer_sum" in fillings or "divisor" in fillings:
         values = rng.integers(-4, 5, size=shape).astype(np.float64)
-        if "Divide" in consumers:
+        if "divisor" in fillings:
             values = np.where(values == 0, 1.0, values)
         return values
-    if consumers & _NORM_KINDS:
+    if "norm" in fillings:
         return rng.integers(-64, 65, size=shape) / 16.0
-    if consumers and consumers <= _TRANSCENDENTAL_KINDS:
+    if fillings and all(filling == "transcendental" for filling in fillings):
         return rng.integers(-16, 17, size=shape) / 4.0
     # Softmax backward: values a forward would give, softmax's in [0, 1] and
     # logsoftmax's <= 0, multiples of 1/8. Both inputs follow the rule: logsoftmax's diff_dst of
     # one sign keeps diff_dst - exp(dst) * sum(diff_dst) from cancelling, so exp's ulp errors
     # stay relative to the result; softmax's products and sums stay exact.
-    if consumers == {"SoftMaxBackward"}:
+    if fillings == ["softmax_gradient"]:
         return rng.integers(0, 9, size=shape) / 8.0
-    if consumers == {"LogSoftmaxBackward"}:
+    if fillings == ["log_softmax_gradient"]:
         return rng.integers(-16, 1, size=shape) / 8.0
     return rng.integers(-4, 5, size=shape).astype(np.float64)
 
@@ -126,7 +127,8 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise InvalidArgumentError(f"cannot fill shape {list(shape)}: unknown or negative dims")
-    consumers = frozenset(consumer_kinds)
+    fillings = _fillings(frozenset(consumer_kinds))
+    positive = role == "divisor" or "positive" in fillings
     if dtype == "boolean":
         values = rng.random(shape) < 0.5
         if values.size >= 2:
@@ -134,20 +136,20 @@ def fill_input(dtype: str, shape, consumer_kinds: Iterable[str], rng: np.random.
             flat[0], flat[-1] = True, False
         return np.asarray(values, dtype=np.bool_)
     if dtype in ("s32", "s8", "s64"):
-        low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
+        low = 1 if positive else -4
         values = rng.integers(low, 5, size=shape)
         return values.astype({"s32": np.int32, "s8": np.int8, "s64": np.int64}[dtype])
     if dtype in ("u8", "u4"):
         return rng.integers(0, 9, size=shape).astype(np.uint8)
     if dtype == "s4":
-        low = 1 if role == "divisor" or consumers & _POSITIVE_KINDS else -4
+        low = 1 if positive else -4
         return rng.integers(low, 5, size=shape).astype(np.int8)
     if dtype in ("f8_e4m3", "f8_e5m2"):
-        values = _float_values(shape, consumers, rng, role).astype(np.float32)
+        values = _float_values(shape, fillings, rng, role).astype(np.float32)
         return from_storage(to_storage(values, dtype), dtype).reshape(shape)
     if dtype not in ("f32", "f16", "bf16"):
         raise InvalidArgumentError(f"cannot fill data type {dtype!r}")
-    return _float_values(shape, consumers, rng, role).astype(np.float32)
+    return _float_values(shape, fillings, rng, role).astype(np.float32)
 
 
 def batch_statistics(kind: str, attrs, src: np.ndarray, dtypes: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:

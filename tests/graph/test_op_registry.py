@@ -9,13 +9,14 @@ import pytest
 
 from triodnn import EltwiseDesc, InvalidGraphError, ShapeInferenceError, StreamFlags, UnsupportedError
 from triodnn.graph import Graph, LogicalTensor, Op, compile_graph, ops
+from triodnn.graph._fusion import find_chains
 from triodnn.graph._lowering import is_supported
-from triodnn.graph._op_registry import GraphOp, graph_op, graph_ops, register, registered
+from triodnn.graph._op_registry import FILLINGS, GraphOp, Numbers, any_op, graph_op, graph_ops, register, registered
 from triodnn.graph._op_schema import OP_SCHEMAS, OpSchema, check_op
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.kernels import tolerance as kt
 from triodnn.kernels.tolerance import ELTWISE_TRANSCENDENTAL
-from triodnn.testing import reference, tolerance
+from triodnn.testing import fill_input, reference, tolerance
 
 FAMILIES = (ops.binary, ops.convolution, ops.data_movement, ops.dropout, ops.eltwise, ops.matmul,
             ops.normalization, ops.pooling, ops.quantization, ops.reduction, ops.resampling, ops.softmax)
@@ -96,6 +97,52 @@ async def test_a_new_kind_needs_only_its_declaration(engine):
     np.testing.assert_allclose(want, x.astype(np.float64) ** 3, rtol=1e-6)
     with pytest.raises(InvalidGraphError, match="unknown op kind 'Cube'"):
         graph_op("Cube")  # gone with the block
+
+
+def _cube_then_relu(shape: tuple[int, ...]) -> list[Op]:
+    return [Op(0, "Cube", [LogicalTensor(0, "f32", shape)], [LogicalTensor(1, "f32", shape)], {}),
+            Op(1, "ReLU", [LogicalTensor(1, "f32", shape)], [LogicalTensor(2, "f32", shape)], {})]
+
+
+async def test_a_kind_declared_an_anchor_carries_the_post_ops_after_it(engine):
+    """Post-op fusion asks the declaration too (``post_op_anchor``): a Cube declared an anchor
+    takes the ReLU after it into its primitive; declared without one, the two run apart."""
+    # Two shapes: the engine's compiled-partition cache would otherwise hand the second
+    # compilation the first one's partition.
+    for anchor, primitives, shape in ((any_op, 1, (4, 6)), (None, 2, (3, 8))):
+        x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(shape)
+        with registered(attrs.evolve(CUBE, post_op_anchor=anchor)):
+            found = find_chains(_cube_then_relu(shape), {2})
+            assert {a: [e[:2] for e in chain.entries] for a, chain in found.items()} == \
+                ({0: [("eltwise", "relu")]} if anchor else {})
+            graph = Graph("cpu")
+            for op in _cube_then_relu(shape):
+                graph.add_op(op)
+            graph.finalize()
+            runner = await compile_graph(graph, engine)
+            assert sum(len(c.primitives) for c in runner.compiled_partitions) == primitives
+            got = await runner.run(await engine.stream(StreamFlags.in_order), {0: x})
+        np.testing.assert_allclose(got[2], np.maximum(x.astype(np.float64) ** 3, 0), rtol=ELTWISE_TRANSCENDENTAL,
+                                   atol=ELTWISE_TRANSCENDENTAL)
+
+
+def test_every_anchor_and_filling_is_declared_by_a_family():
+    """Which kinds carry post-ops and how their inputs are filled are facts of the kinds, kept
+    with them; the fusion pass and the filling keep no list of kinds."""
+    kinds = graph_ops()
+    assert sum(op.post_op_anchor is not None for op in kinds.values()) == 34
+    assert graph_op("MatMul").post_op_anchor is not None and graph_op("Concat").post_op_anchor is None
+    assert {op.filling for op in kinds.values()} - {None} == set(FILLINGS)
+    with pytest.raises(ValueError, match="'filling' must be in"):
+        Numbers(filling="huge")
+
+
+def test_the_conformance_check_fills_a_kind_as_its_declaration_says():
+    rng = np.random.default_rng(0)
+    with registered(attrs.evolve(CUBE, filling="positive")):
+        assert fill_input("f32", (64,), ["Cube"], rng).min() > 0
+    with registered(CUBE):
+        assert fill_input("f32", (64,), ["Cube"], rng).min() < 0
 
 
 def test_the_conformance_check_reads_a_kinds_numbers_from_its_declaration():
