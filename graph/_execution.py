@@ -128,9 +128,10 @@ class _RunCounters:
     __slots__ = ("by_name",)
 
     def __init__(self) -> None:
-        self.by_name = dict.fromkeys(
-            ("runs_started", "runs_finished", "runs_cancelled", "partitions_submitted", "handler_calls",
-             "buffers_allocated", "buffers_released", "uploads"), 0)
+        # The statistics' fields without a default: those the runs count (the rest the runner
+        # knows itself).
+        self.by_name = {field.name: 0 for field in attrs.fields(GraphRunnerStatistics)
+                        if field.default is attrs.NOTHING}
 
     def add(self, name: str, n: int = 1) -> None:
         self.by_name[name] += n
