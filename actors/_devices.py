@@ -156,7 +156,16 @@ def describe_device(device: cl.Device) -> dict:
         "single_fp_config": int(device.single_fp_config),
         "extensions": tuple(sorted(device.extensions.split())),
         "native_vector_width": int(device.native_vector_width_float),
+        "nvidia_sm": _nvidia_sm(device),
     }
+
+
+def _nvidia_sm(device: cl.Device) -> int:
+    """NVIDIA's compute capability as major * 10 + minor, 0 for devices without
+    ``cl_nv_device_attribute_query``."""
+    if "cl_nv_device_attribute_query" not in device.extensions.split():
+        return 0
+    return int(device.compute_capability_major_nv) * 10 + int(device.compute_capability_minor_nv)
 
 
 # A call with a float16 argument, which the probe below compiles (never runs). To a function of

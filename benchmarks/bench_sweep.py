@@ -36,15 +36,20 @@ timed runs (dst is filled with NaN in between, so the check proves the timed run
 every peer's result against the same reference before and after timing (a peer off it is left
 out of the row, with the reason printed); the copy's destination against its source.
 
+``--dtype bf16`` (or ``f16``) runs the matmul rows with both operands and dst of that type
+(f32 accumulation; the post-op operand stays f32) and torch on the same types: the tensor-core
+rows on an NVIDIA GPU. The other families stay f32.
+
 Rows that exceed ``--max-elements``, the device's memory or ``--row-timeout`` print "skipped
 (why)" instead of a time.
 
-    python benchmarks/bench_sweep.py --engine gpu:0 [--timing device] [--family matmul ...]
+    python benchmarks/bench_sweep.py --engine gpu:0 [--timing device] [--family matmul ...] [--dtype bf16]
     python benchmarks/bench_sweep.py --engine cpu:0 [--quick] [--max-elements 16777216] [--json out.json]
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -59,6 +64,7 @@ import trio
 
 import triodnn
 from triodnn import MemoryDesc, StreamFlags
+from triodnn._values._dtypes import from_storage, to_storage
 from triodnn.kernels import kind_of
 
 try:  # optional peer
@@ -93,6 +99,8 @@ def extra_args(parser) -> None:
     parser.add_argument("--timing", choices=(common.WALL, common.DEVICE), default=common.WALL,
                         help="wall: wall time over N queued runs (default); device: device time over "
                              "N queued runs (OpenCL profiling / CUDA events; host peers: wall)")
+    parser.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32",
+                        help="matmul rows' operand and dst type (default f32); other families stay f32")
     parser.add_argument("--family", action="append", choices=FAMILIES,
                         help="family to run (repeatable; default all)")
     parser.add_argument("--row", action="append", metavar="TEXT",
@@ -131,6 +139,7 @@ class Row:
     ort: tuple | None = None
     channels_last: bool = False
     ref_key: str | None = None  # rows of one computation in several layouts share a reference
+    torch_dtype: str | None = None  # the torch type src and weights take (default float32)
     notes: list[str] = field(default_factory=list)
 
 
@@ -138,10 +147,13 @@ def uniform(rng, shape, low=-1.0, high=1.0) -> np.ndarray:
     return rng.uniform(low, high, shape).astype(np.float32)
 
 
-def matmul_row(rng, label, m, k, n, batch=(), post=None) -> Row:
-    """src (batch…, M, K) @ weights (batch…, K, N); ``post``: "relu_add" (relu, then a
-    broadcast bias add) or "tanh", the chain fused as post-ops and composed by the peers."""
+def matmul_row(rng, label, m, k, n, batch=(), post=None, dtype="f32") -> Row:
+    """src (batch…, M, K) @ weights (batch…, K, N) of ``dtype`` (values exact in it); ``post``:
+    "relu_add" (relu, then a broadcast bias add) or "tanh", the chain fused as post-ops and
+    composed by the peers."""
     a, b = uniform(rng, batch + (m, k)), uniform(rng, batch + (k, n))
+    if dtype != "f32":
+        a, b = (from_storage(to_storage(x, dtype), dtype).reshape(x.shape) for x in (a, b))
     inputs = {"src": a, "weights": b}
     post_ops = ()
     if post == "relu_add":
@@ -149,7 +161,7 @@ def matmul_row(rng, label, m, k, n, batch=(), post=None) -> Row:
         post_ops = (("eltwise", "relu"), ("binary", "add", MemoryDesc((1, n))))
     elif post == "tanh":
         post_ops = (("eltwise", "tanh"),)
-    desc = triodnn.MatmulDesc(MemoryDesc(a.shape), MemoryDesc(b.shape), post_ops=post_ops)
+    desc = triodnn.MatmulDesc(MemoryDesc(a.shape, dtype), MemoryDesc(b.shape, dtype), post_ops=post_ops)
 
     def torch_op(t):
         y = t["src"] @ t["weights"]
@@ -163,35 +175,39 @@ def matmul_row(rng, label, m, k, n, batch=(), post=None) -> Row:
             return np.maximum(y, 0) + x["post_op_1_src1"]
         return np.tanh(y) if post == "tanh" else y
 
-    ort_spec = None if post else (lambda: ort_matmul(a.shape, b.shape), ("src", "weights"))
+    ort_spec = None if post or dtype != "f32" else (lambda: ort_matmul(a.shape, b.shape), ("src", "weights"))
     flops = 2.0 * math.prod(batch) * m * n * k
-    return Row("matmul", label, desc, inputs, flops, torch_op, numpy_op, ort_spec)
+    torch_dtype = {"bf16": "bfloat16", "f16": "float16"}.get(dtype)
+    return Row("matmul", label, desc, inputs, flops, torch_op, numpy_op, ort_spec, torch_dtype=torch_dtype)
 
 
-def matmul_rows(gpu: bool, quick: bool, rng) -> list:
+def matmul_rows(gpu: bool, quick: bool, rng, dtype: str = "f32") -> list:
     """(label, builder) pairs; builders run lazily, so a skipped family costs no data."""
     rows = []
     squares = (256, 512) if quick else ((256, 512, 1024, 2048, 4096, 8192) if gpu else (256, 512, 1024, 2048))
     for s in squares:
-        rows.append((f"square {s}", lambda s=s: matmul_row(rng, f"square {s}", s, s, s)))
+        rows.append((f"square {s}", lambda s=s: matmul_row(rng, f"square {s}", s, s, s, dtype=dtype)))
     skinny = ((1, 1024, 1024), (8, 4096, 32)) if quick else (
         (1, 4096, 4096), (8, 32768, 32), (16, 4096, 4096), (16, 32768, 1024))
     for m, k, n in skinny:
-        rows.append((f"skinny {m}x{k}x{n}", lambda m=m, k=k, n=n: matmul_row(rng, f"skinny {m}x{k}x{n}", m, k, n)))
+        rows.append((f"skinny {m}x{k}x{n}",
+                     lambda m=m, k=k, n=n: matmul_row(rng, f"skinny {m}x{k}x{n}", m, k, n, dtype=dtype)))
     tall = ((4096, 64, 64),) if quick else (((65536, 1024, 16), (262144, 64, 64), (131072, 256, 256)) if gpu else
                                             ((16384, 1024, 16), (65536, 64, 64), (32768, 256, 256)))
     for m, k, n in tall:
-        rows.append((f"tall {m}x{k}x{n}", lambda m=m, k=k, n=n: matmul_row(rng, f"tall {m}x{k}x{n}", m, k, n)))
+        rows.append((f"tall {m}x{k}x{n}",
+                     lambda m=m, k=k, n=n: matmul_row(rng, f"tall {m}x{k}x{n}", m, k, n, dtype=dtype)))
     batched = ((8, 64),) if quick else ((8, 64), (64, 128), (256, 64), (256, 256))
     for b, s in batched:
         label = f"batched {b}x{s}x{s}x{s}"
-        rows.append((label, lambda b=b, s=s, label=label: matmul_row(rng, label, s, s, s, batch=(b,))))
+        rows.append((label, lambda b=b, s=s, label=label: matmul_row(rng, label, s, s, s, batch=(b,), dtype=dtype)))
     posts = ((256, 256, 256, "relu_add"), (8, 4096, 32, "tanh")) if quick else (
         (1024, 1024, 1024, "relu_add"), (4096, 4096, 4096, "relu_add") if gpu else (2048, 2048, 2048, "relu_add"),
         (8, 32768, 32, "tanh"), (16, 4096, 4096, "relu_add"))
     for m, k, n, post in posts:
         label = f"{m}x{k}x{n} +{post}"
-        rows.append((label, lambda m=m, k=k, n=n, post=post, label=label: matmul_row(rng, label, m, k, n, post=post)))
+        rows.append((label, lambda m=m, k=k, n=n, post=post, label=label: matmul_row(rng, label, m, k, n, post=post,
+                                                                                     dtype=dtype)))
     return rows
 
 
@@ -457,6 +473,8 @@ def torch_tensors(row: Row, device: str) -> dict:
     out = {}
     for name, x in row.inputs.items():
         t = torch.from_numpy(x).to(device)
+        if row.torch_dtype is not None and name in ("src", "weights"):
+            t = t.to(getattr(torch, row.torch_dtype))
         if row.channels_last and t.ndim == 4:
             t = t.contiguous(memory_format=torch.channels_last)
         out[name] = t
@@ -468,7 +486,8 @@ def build_peers(row: Row, device: str, have: dict, runs: int, mode: str) -> dict
     peers = {}
     if have["torch_cuda"] and device == "gpu" and row.torch_op is not None:
         t = torch_tensors(row, "cuda")
-        peers["torch"] = (bench_gpu.Torch(lambda t=t: row.torch_op(t), runs, mode), lambda r: r.detach().cpu().numpy())
+        peers["torch"] = (bench_gpu.Torch(lambda t=t: row.torch_op(t), runs, mode),
+                          lambda r: r.detach().float().cpu().numpy())
     if device == "cpu":
         if row.numpy_op is not None:
             peers["numpy"] = (Host(lambda: row.numpy_op(row.inputs)), np.asarray)
@@ -738,7 +757,10 @@ async def run(args):
                "engine_label": args.engine}
         for family in families:
             rows_out = []
-            for label, build in ROW_PLANS[family](device == "gpu", args.quick, rng):
+            plan = ROW_PLANS[family]
+            if family == "matmul":
+                plan = functools.partial(matmul_rows, dtype=args.dtype)
+            for label, build in plan(device == "gpu", args.quick, rng):
                 if args.row and not any(text in label for text in args.row):
                     continue
                 try:

@@ -16,18 +16,19 @@ from .._values._kernel_spec import is_dense as is_dense
 
 def select_config(
     device_type: str, max_work_group_size: int, local_memory: int = MIN_LOCAL_MEMORY,
-    split_float16_calls: bool = False, native_vector_width: int = 16,
+    split_float16_calls: bool = False, native_vector_width: int = 16, nvidia_sm: int = 0,
 ) -> KernelConfig:
     """Pick vector width and local size from the device type (``"cpu"`` or ``"gpu"``); tiles
     fit ``local_memory`` (the device's ``CL_DEVICE_LOCAL_MEM_SIZE``); CPU register blocks fit
-    ``native_vector_width`` (floats per SIMD register: 8 on AVX2, 16 on AVX-512)."""
+    ``native_vector_width`` (floats per SIMD register: 8 on AVX2, 16 on AVX-512); GPU kernels may
+    use the tensor cores of ``nvidia_sm`` (NVIDIA's compute capability, 0 for none)."""
     if device_type == "cpu":
         native = native_vector_width if native_vector_width in (1, 2, 4, 8, 16) else 16
         return KernelConfig(vector_width=16, local_size=min(16, max_work_group_size),
                             local_memory=local_memory, split_float16_calls=split_float16_calls,
                             native_vector_width=native)
     return KernelConfig(vector_width=1, local_size=min(256, max_work_group_size),
-                        local_memory=local_memory, split_float16_calls=split_float16_calls)
+                        local_memory=local_memory, split_float16_calls=split_float16_calls, nvidia_sm=nvidia_sm)
 
 
 # A declaration of __local arrays: the element type, then its declarators up to the semicolon

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._values._matmul_desc import MatmulDesc
-from . import _dtype_io, _post_ops, matmul_gpu, matmul_skinny, tolerance
+from . import _dtype_io, _post_ops, matmul_gpu, matmul_mma, matmul_skinny, tolerance
 from ._post_ops import generate_scaled
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
@@ -330,7 +330,9 @@ def _cpu_generate(
 
 
 def generate(desc: MatmulDesc, config: KernelConfig) -> KernelSpec:
-    """The kernel of ``desc`` for ``config`` (``impl``): on a GPU shape (``vector_width`` 1),
+    """The kernel of ``desc`` for ``config`` (``impl``): bf16 and f16 on an NVIDIA GPU of sm_80+,
+    ``matmul_mma``'s tensor cores where it reads the layout (``matmul_mma.applies``) and
+    ``matmul_skinny`` is not preferred to it; otherwise on a GPU shape (``vector_width`` 1),
     ``matmul_gpu``'s local-memory tiled SGEMM where dst is 64 x 64+ (``matmul_gpu.applies``),
     else ``_regblock``'s 4 x 4 blocks, unless ``matmul_skinny.prefers`` the K split across a
     work-group to what that choice gives (``existing_work``); on the CPU, ``_regblock``'s
@@ -339,7 +341,9 @@ def generate(desc: MatmulDesc, config: KernelConfig) -> KernelSpec:
     desc.check_supported()
     m, n = desc.dst.dims[-2:]
     make: Callable[[MatmulDesc, tuple, KernelConfig], KernelSpec]
-    if matmul_skinny.prefers(*existing_work(desc, config), config):
+    if matmul_mma.applies(desc, config) and not matmul_skinny.prefers(*matmul_mma.work(desc, config), config):
+        make = matmul_mma.mma_gemm
+    elif matmul_skinny.prefers(*existing_work(desc, config), config):
         make = matmul_skinny.skinny
     elif matmul_gpu.applies(m, n, config):
         make = matmul_gpu.tiled
@@ -556,5 +560,7 @@ def desc_reference(desc: MatmulDesc, inputs: dict[str, np.ndarray]) -> np.ndarra
 
 register(
     MatmulDesc, generate=generate, reference=desc_reference,
-    tolerance=lambda desc: tolerance.matmul(desc.src.dims[-1]),
+    # Plus one ulp of dst's type: an f32 sum next to a rounding tie of a bf16 or f16 dst lands on
+    # either neighbour, whatever order the sum took.
+    tolerance=lambda desc: tolerance.matmul(desc.src.dims[-1]) + _dtype_io.EPSILON[desc.dst.dtype],
 )

@@ -64,7 +64,7 @@ class Engine:
     def __attrs_post_init__(self) -> None:
         self._config = select_config(
             self.info.type, self.info.max_work_group_size, self.info.local_mem_size, self.info.splits_float16_calls,
-            self.info.native_vector_width,
+            self.info.native_vector_width, self.info.nvidia_sm,
         )
         self._device_identity = DeviceIdentity.of(self.info)
         # OpenCL lets f32 division and sqrt be off by 2.5-3 ulp; where the device can round them

@@ -39,9 +39,13 @@ class KernelConfig:
     local_memory: int = attrs.field(default=MIN_LOCAL_MEMORY, validator=attrs.validators.ge(4096))
     split_float16_calls: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     native_vector_width: int = attrs.field(default=16, validator=attrs.validators.in_((1, 2, 4, 8, 16)))
+    # NVIDIA's compute capability as an SM number (90 for an H100 or H200; 0 on other vendors):
+    # which tensor-core instructions the kernels may issue as inline PTX (``matmul_mma``).
+    nvidia_sm: int = attrs.field(default=0, validator=attrs.validators.ge(0))
 
     @property
     def name(self) -> str:
+        # Implementation names embed it; cache keys hold the whole configuration.
         return f"v{self.vector_width}l{self.local_size}"
 
 

@@ -30,6 +30,8 @@ class DeviceInfo:
     # triodnn.kernels._float16_calls); probed at engine open, for CPU devices.
     splits_float16_calls: bool = False
     native_vector_width: int = 16  # floats per SIMD register (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT)
+    # NVIDIA's compute capability as major * 10 + minor (cl_nv_device_attribute_query); 0 elsewhere.
+    nvidia_sm: int = 0
 
 
 @attrs.frozen(cache_hash=True)

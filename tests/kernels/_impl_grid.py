@@ -217,6 +217,10 @@ def matmul():
         w = batch + (k, n)
         yield triodnn.MatmulDesc(md(*batch, m, k), md(*w, dtype=dtype, strides=swapped(w) if transposed else None),
                                  bias=md(1, n) if bias else None, post_ops=chain)
+    # Both operands of a type the tensor cores multiply.
+    for (batch, m, k, n), transposed, dtype in itertools.product(MATMUL_SHAPES, (False, True), ("bf16", "f16")):
+        w = batch + (k, n)
+        yield triodnn.MatmulDesc(md(*batch, m, k, dtype=dtype), md(*w, dtype=dtype, strides=swapped(w) if transposed else None))
 
 
 def quantized_matmul():

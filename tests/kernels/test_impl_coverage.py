@@ -50,6 +50,8 @@ CONFIGS = {
     "cpu": select_config("cpu", 4096),
     "cpu_avx2": select_config("cpu", 4096, native_vector_width=8),
     "gpu": select_config("gpu", 256),
+    # An NVIDIA GPU with tensor cores: its cases run only on such a device.
+    "gpu_sm90": select_config("gpu", 256, 48 * 1024, nvidia_sm=90),
 }
 
 
@@ -170,6 +172,8 @@ CASES: list[tuple[str, str, object]] = [
     ("ocl:gemm_tiled:NxNxN:rNxN:lNxN:sN", "gpu", triodnn.MatmulDesc(md(128, 64), md(64, 128), post_ops=RELU)),
     ("ocl:gemm_tiled:NxNxN:rNxN:lNxN", "gpu", triodnn.MatmulDesc(md(128, 64), md(64, 1024), bias=md(1, 1024))),
     ("ocl:skinny:NxN:tN:lN", "gpu", triodnn.MatmulDesc(md(16, 200), md(200, 40))),
+    ("ocl:gemm_mma:NxNxN:wNxN:pN", "gpu_sm90",
+     triodnn.MatmulDesc(md(2, 70, 72, dtype="bf16"), md(72, 136, dtype="bf16"), bias=md(1, 136), post_ops=RELU)),
     # int8 matmul
     ("ocl:intN:dot:NxN:lNxN", "cpu", triodnn.QuantizedMatmulDesc(
         md(5, 24, dtype="u8"), md(24, 7, dtype="s8", strides="ba"), bias=md(1, 7), src_scale=0.01, src_zp=3,
@@ -406,6 +410,8 @@ def _input(rng: np.random.Generator, name: str, desc: MemoryDesc) -> np.ndarray:
 
 @pytest.mark.parametrize("fam, config, desc", CASES, ids=[case_id(*case) for case in CASES])
 async def test_case_matches_the_reference(engine, rng, fam, config, desc):
+    if CONFIGS[config].nvidia_sm > engine.info.nvidia_sm:
+        pytest.skip(f"{fam} needs an NVIDIA device of sm_{CONFIGS[config].nvidia_sm}; this is {engine}")
     engine._config = CONFIGS[config]
     primitive = await engine.create_primitive(desc)
     assert family(primitive.impl) == fam
