@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._errors import InvalidArgumentError
+
 # oneDNN's eltwise algorithms (``leaky_relu`` is ``relu`` under the graph API's name), in the
 # order the kernels list them.
 ELTWISE_ALGORITHMS: tuple[str, ...] = (
@@ -19,18 +21,33 @@ ELTWISE_ALGORITHMS: tuple[str, ...] = (
 
 # (alpha, beta) of an algorithm whose parameters oneDNN fixes or defaults: the graph API's
 # HardSwish is x * max(0, min(1, x/6 + 1/2)), and soft_relu without alpha is log(1 + e^x) (oneDNN
-# v2's soft_relu, v3's soft_relu with alpha = 1). Everything else defaults to (0, 0).
+# v2's soft_relu, v3's soft_relu with alpha = 1). Where oneDNN asks the caller, the default is
+# what the name means elsewhere (torch, the graph API's ops): swish x * sigmoid(x) (SiLU), elu
+# with alpha 1, hardsigmoid relu6(x + 3) / 6 (as hardswish), linear and pow the identity. With 0 they computed x / 2, a wrong elu below 0, and
+# constants; a user's 166 wrong results came from swish's. Everything else defaults to (0, 0)
+# (relu's 0 is its slope below 0); clip has no default and needs both bounds.
 ELTWISE_DEFAULTS: dict[str, tuple[float, float]] = {
     "hardswish": (1.0 / 6.0, 0.5),
     "soft_relu": (1.0, 0.0),
+    "swish": (1.0, 0.0),
+    "elu": (1.0, 0.0),
+    "hardsigmoid": (1.0 / 6.0, 0.5),
+    "linear": (1.0, 0.0),
+    "pow": (1.0, 1.0),
 }
+
+# Algorithms whose parameters have no default: omitting them is an error naming them.
+ELTWISE_REQUIRED: dict[str, str] = {"clip": "alpha (the lower bound) and beta (the upper bound)"}
 
 # Algorithms dividing by alpha: alpha = 0 has no meaning there.
 NONZERO_ALPHA: frozenset[str] = frozenset({"soft_relu"})
 
 
 def eltwise_parameters(alg: str, alpha: float | None, beta: float | None) -> tuple[float, float]:
-    """``alpha`` and ``beta`` with None replaced by the algorithm's default."""
+    """``alpha`` and ``beta`` with None replaced by the algorithm's default; InvalidArgumentError
+    where the algorithm has none (``ELTWISE_REQUIRED``)."""
+    if alg in ELTWISE_REQUIRED and (alpha is None or beta is None):
+        raise InvalidArgumentError(f"{alg} needs {ELTWISE_REQUIRED[alg]}: they have no default")
     default_alpha, default_beta = ELTWISE_DEFAULTS.get(alg, (0.0, 0.0))
     return (
         default_alpha if alpha is None else float(alpha),

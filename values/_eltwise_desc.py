@@ -40,8 +40,10 @@ class EltwiseDesc(OpDesc):
     storage", as oneDNN's eltwise).
 
     An omitted ``alpha``/``beta`` takes oneDNN's value for the algorithm where it has one
-    (hardswish 1/6 and 1/2, soft_relu alpha 1) and 0 otherwise; the descriptor holds the resolved
-    number, so an explicit default and an omitted one are the same primitive.
+    (hardswish 1/6 and 1/2, soft_relu alpha 1), else what the name means elsewhere (swish alpha 1,
+    i.e. SiLU; elu alpha 1; hardsigmoid 1/6 and 1/2; linear and pow the identity, alpha 1 and beta
+    1 for pow), else 0 (relu's slope below 0); clip needs both bounds. The descriptor holds the resolved number, so an
+    explicit default and an omitted one are the same primitive.
     """
 
     alg: str = attrs.field(validator=algorithm("an eltwise", ELTWISE_ALGORITHMS))

@@ -64,7 +64,10 @@ def _eltwise(where: str, op: tuple) -> tuple:
     beta = op[3] if len(op) > 3 else None
     alpha = None if alpha is None else _finite(where, "alpha", alpha)
     beta = None if beta is None else _finite(where, "beta", beta)
-    alpha, beta = eltwise_parameters(alg, alpha, beta)
+    try:
+        alpha, beta = eltwise_parameters(alg, alpha, beta)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{where}: {exc}") from None
     if alg == "clip" and alpha > beta:
         raise InvalidArgumentError(f"{where}: clip needs alpha <= beta, got alpha={alpha} beta={beta}")
     if alg in NONZERO_ALPHA and alpha == 0.0:

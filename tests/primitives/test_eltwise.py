@@ -132,6 +132,20 @@ async def test_relu_negative_slope(engine, build, upload):
     np.testing.assert_array_equal(await dst.to_numpy(), np.maximum(x, 0))
 
 
+async def test_swish_elu_and_hardsigmoid_without_parameters_compute_what_their_names_say(engine, build, upload):
+    """A user's 166 wrong results came from ``EltwiseDesc("swish", d)`` computing x / 2 (alpha 0)."""
+    x = np.linspace(-4, 4, 33, dtype=np.float32)
+    x64 = x.astype(np.float64)
+    want = {"swish": x64 / (1 + np.exp(-x64)), "elu": np.where(x64 > 0, x64, np.expm1(x64)),
+            "hardsigmoid": np.clip(x64 + 3, 0, 6) / 6}
+    prims = await build({alg: EltwiseDesc(alg, MemoryDesc(x.shape)) for alg in want})
+    stream = await engine.stream()
+    src, dst = await upload(x), engine.memory(MemoryDesc(x.shape))
+    for alg, expected in want.items():
+        await stream.execute(prims[alg], {"src": src, "dst": dst})
+        tolerance.check(await dst.to_numpy(), expected, tolerance.eltwise(alg))
+
+
 async def test_clip_bounds_are_exclusive_low_inclusive_high(engine, upload):
     """oneDNN's clip: ``alpha < x <= beta`` passes through; the bounds themselves map to themselves."""
     alpha, beta = np.float32(-0.5), np.float32(0.75)
@@ -181,16 +195,26 @@ def test_every_algorithm_has_a_reference_and_a_tolerance():
 
 def test_defaults_follow_onednn():
     """hardswish is x * relu6(x + 3) / 6 and soft_relu is log(1 + e^x) unless told otherwise; the
-    descriptor holds the resolved numbers, so omitted and explicit defaults are one primitive."""
+    descriptor holds the resolved numbers, so omitted and explicit defaults are one primitive.
+    Where oneDNN asks the caller, an omitted parameter means what the name means elsewhere (swish
+    is SiLU, elu's alpha 1, linear and pow the identity), not 0; clip has no default."""
     src = MemoryDesc((4,))
     hardswish = EltwiseDesc("hardswish", src)
     assert (hardswish.alpha, hardswish.beta) == (1.0 / 6.0, 0.5)
     assert hardswish == EltwiseDesc("hardswish", src, alpha=1.0 / 6.0, beta=0.5)
     assert hash(hardswish) == hash(EltwiseDesc("hardswish", src, alpha=1.0 / 6.0, beta=0.5))
     assert EltwiseDesc("soft_relu", src).alpha == 1.0
-    for alg in ("relu", "leaky_relu", "elu", "swish", "hardsigmoid", "linear", "pow"):
+    for alg in ("relu", "leaky_relu"):
         desc = EltwiseDesc(alg, src)
         assert (desc.alpha, desc.beta) == (0.0, 0.0), alg
+    defaults = {alg: (EltwiseDesc(alg, src).alpha, EltwiseDesc(alg, src).beta)
+                for alg in ("elu", "swish", "hardsigmoid", "linear", "pow")}
+    assert defaults == {"elu": (1.0, 0.0), "swish": (1.0, 0.0), "hardsigmoid": (1.0 / 6.0, 0.5),
+                        "linear": (1.0, 0.0), "pow": (1.0, 1.0)}
+    with pytest.raises(InvalidArgumentError, match="clip needs alpha .* and beta .*: they have no default"):
+        EltwiseDesc("clip", src, alpha=-1.0)
+    with pytest.raises(InvalidArgumentError, match=r"post_ops\[0\]: clip needs alpha"):
+        EltwiseDesc("relu", src, post_ops=(("eltwise", "clip"),))
     x = np.linspace(-5, 5, 41)
     np.testing.assert_allclose(
         eltwise.reference("hardswish", x), x * np.clip(x + 3, 0, 6) / 6, rtol=1e-6, atol=1e-7

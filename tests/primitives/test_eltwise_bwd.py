@@ -55,10 +55,11 @@ async def test_values_at_the_kinks_are_onednns(engine):
     hardswish the flat sides at its ends."""
     x = np.array([-3.0, -1.0, 0.0, 1.0, 3.0], np.float32)
     dd = np.full(5, 2.0, np.float32)
-    want = {"relu": [0, 0, 0, 2, 2], "abs": [-2, -2, 0, 2, 2], "elu": [0, 0, 0, 2, 2],
+    # elu with alpha 0.5: its negative branch is 0.5 * e^x at 0 (1.0 after diff_dst's 2), not 2.
+    want = {"relu": [0, 0, 0, 2, 2], "abs": [-2, -2, 0, 2, 2], "elu": [np.exp(-3), np.exp(-1), 1.0, 2, 2],
             "hardswish": [0, 2 * (-2 / 6 + 0.5), 1.0, 2 * (2 / 6 + 0.5), 2]}
     for alg, values in want.items():
-        desc = EltwiseBackwardDesc(alg, md(5), md(5))
+        desc = EltwiseBackwardDesc(alg, md(5), md(5), **({"alpha": 0.5} if alg == "elu" else {}))
         np.testing.assert_allclose(await _run(engine, desc, x, dd), values, rtol=1e-6, err_msg=alg)
     clip = EltwiseBackwardDesc("clip", md(5), md(5), alpha=-1.0, beta=1.0)
     np.testing.assert_array_equal(await _run(engine, clip, x, dd), [0, 0, 2, 0, 0])
