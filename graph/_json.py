@@ -70,8 +70,8 @@ def _tensor(where: str, entry) -> LogicalTensor:
         # oneDNN always writes a shape (unknown rank is [-9223372036854775808], see
         # _tensor_entry); without one the graph loaded and failed only at compile.
         raise InvalidGraphError(
-            f"{where}: logical tensor {entry['id']!r} lacks 'shape' (write "
-            f"[{_UNKNOWN}] for an unknown rank)"
+            f"{where}: logical tensor {entry['id']!r} lacks 'shape': write its dims (-1 for a dim "
+            "known only at run time), or null where even the rank is unknown"
         )
     try:
         return LogicalTensor(

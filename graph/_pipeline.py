@@ -83,11 +83,14 @@ class _Slot:
     handed: bool = False
     # A request submitted without a task: the consumer awaits its result itself.
     submitted: _Submitted | None = None
+    # Its place among the inputs (from 0), for the note its error carries; None for the end.
+    index: int | None = None
 
     @classmethod
-    def ended(cls, error: BaseException | None = None) -> _Slot:
-        """The slot that ends the pipeline: the inputs' end, or ``error`` in its place."""
-        slot = cls(error=error, end=error is None)
+    def ended(cls, error: BaseException | None = None, index: int | None = None) -> _Slot:
+        """The slot that ends the pipeline: the inputs' end, or ``error`` (of the request at
+        ``index``) in its place."""
+        slot = cls(error=error, end=error is None, index=index)
         slot.done.set()
         return slot
 
@@ -259,15 +262,16 @@ class Pipeline:
         """The slot of ``item``'s request, started: a request recorded as one command is
         submitted now and its result awaited by the consumer (no task); others run in a task of
         ``requests``. One that fails to start ends the pipeline with its error, in its place."""
+        index = self._started
         try:
             request = self._start(item)
             submit = getattr(request, "submit", None)
             submitted = submit() if submit is not None else None
         except Exception as exc:
-            return _Slot.ended(exc)
+            return _Slot.ended(exc, index)
         self._started += 1
         self._peak = max(self._peak, self._started - self._delivered)
-        slot = _Slot(submitted=submitted)
+        slot = _Slot(submitted=submitted, index=index)
         if submitted is None:
             requests.start_soon(self._request, slot, request)
         else:
@@ -386,6 +390,10 @@ class Pipeline:
         if slot.error is not None:
             with trio.CancelScope(shield=True):
                 await self.aclose()
+            if slot.index is not None:
+                # Which input failed, where the error itself cannot know (a missing key, a bad
+                # shape, a device fault): a note, so the error keeps its type and message.
+                slot.error.add_note(f"raised by request {slot.index} of the map's inputs (counting from 0)")
             raise slot.error
         if slot.result is None:      # cancelled under us: the pipeline is closing
             await self.aclose()

@@ -104,7 +104,7 @@ class BlockingPortal:
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the blocking portal is closed")
-        _refuse_inside_trio("called")  # its own runtime thread included, which would wait on itself
+        _refuse_inside_trio("called", self._token)  # its own runtime thread included, which would wait on itself
 
     def run(self, async_fn, *args, **kwargs):
         """``await async_fn(*args, **kwargs)`` on the runtime's thread; its result, wrapped.
@@ -225,13 +225,22 @@ class BlockingPortal:
                 pass
 
 
-def _refuse_inside_trio(doing: str) -> None:
+def _refuse_inside_trio(doing: str, own_token: trio.lowlevel.TrioToken | None = None) -> None:
     """``WrongThreadError`` when the caller runs inside a trio run (any run: the portal's own,
-    or the caller's)."""
+    whose ``own_token`` is given once it runs, or the caller's)."""
     try:
-        trio.lowlevel.current_trio_token()
+        token = trio.lowlevel.current_trio_token()
     except RuntimeError:
         return  # outside trio: a blocking call is what the portal is for
+    if token is own_token:
+        # A wrapped object reached a function the portal runs (a closure, a global): the fix is
+        # to hand the object over, which unwraps it.
+        raise WrongThreadError(
+            f"a blocking portal was {doing} from a function it runs itself (portal.run / run_sync), where the "
+            "call would wait on itself: pass the wrapped object as an argument instead, "
+            "portal.run(fn, runner, ...) hands fn the object itself to await (async def fn(runner): "
+            "return await runner.run(...))"
+        )
     raise WrongThreadError(
         f"a blocking portal was {doing} inside a trio run (thread "
         f"{threading.current_thread().name!r}), where its blocking calls would stall the run; "

@@ -91,10 +91,22 @@ class Memory:
         dtype is converted by triodnn's input policy (docs/runtime.md, Inputs): floats round into float
         memory, boolean memory takes ``value != 0``, integer memory exact values only (else
         ``ArgumentMismatchError``)."""
+        self._check_runtime_open("write")
         await self.engine.host_stream.write(self, array, deps=deps)
+
+    def _check_runtime_open(self, doing: str) -> None:
+        # The copy would fail on the engine's closed host stream, whose message names a stream
+        # the caller never opened.
+        if self.engine.host_stream.closed:
+            raise ClosedError(
+                f"cannot {doing} memory {list(self.desc.dims)} {self.desc.dtype} of {self.engine}: its runtime "
+                "has shut down. Read results inside 'async with triodnn.open_runtime()' (to_numpy gives "
+                "arrays that outlive it)"
+            )
 
     async def to_numpy(self, *, deps=()) -> np.ndarray:
         """A new array with this memory's contents, after ``deps`` complete."""
+        self._check_runtime_open("read")
         if self.desc.dtype in PACKED_TYPES:  # the buffer's nibbles, unpacked to one a value
             packed = np.empty(self.desc.nbytes, dtype=np.uint8)
             await self.engine.host_stream.read_bytes(self, packed, deps)

@@ -23,9 +23,10 @@ ELTWISE_ALGORITHMS: tuple[str, ...] = (
 # HardSwish is x * max(0, min(1, x/6 + 1/2)), and soft_relu without alpha is log(1 + e^x) (oneDNN
 # v2's soft_relu, v3's soft_relu with alpha = 1). Where oneDNN asks the caller, the default is
 # what the name means elsewhere (torch, the graph API's ops): swish x * sigmoid(x) (SiLU), elu
-# with alpha 1, hardsigmoid relu6(x + 3) / 6 (as hardswish), linear and pow the identity. With 0 they computed x / 2, a wrong elu below 0, and
-# constants; a user's 166 wrong results came from swish's. Everything else defaults to (0, 0)
-# (relu's 0 is its slope below 0); clip has no default and needs both bounds.
+# with alpha 1, hardsigmoid relu6(x + 3) / 6 (as hardswish), linear and pow the identity. With 0
+# they computed x / 2, a wrong elu below 0, and constants; a user's 166 wrong results came from
+# swish's. Everything else defaults to (0, 0) (relu's 0 is its slope below 0); clip has no
+# default and needs both bounds.
 ELTWISE_DEFAULTS: dict[str, tuple[float, float]] = {
     "hardswish": (1.0 / 6.0, 0.5),
     "soft_relu": (1.0, 0.0),

@@ -99,3 +99,13 @@ class UnusableDeviceWarning(UserWarning):
 
     Raised once per device per process by discovery; the message names the device, the
     compiler's message and the fix."""
+
+
+# Every class above is public as ``triodnn.<Name>``: tracebacks and reprs print that name, not
+# this private module's, and pickles (Dask sends errors between processes) name it too.
+for _public in (TriodnnError, InvalidArgumentError, MissingArgumentError, ArgumentMismatchError, CacheBlobError,
+                EngineNotFoundError, EngineMismatchError, UnsupportedError, BuildError, ExecutionError,
+                DependencyError, DeviceLostError, OutOfMemoryError, NotSubmittedError, ProfilingError, ClosedError,
+                WrongThreadError, InvalidGraphError, ShapeInferenceError, UnusableDeviceWarning):
+    _public.__module__ = "triodnn"
+del _public

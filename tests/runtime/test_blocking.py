@@ -342,7 +342,7 @@ def test_a_portal_used_entered_or_closed_inside_trio_is_refused_and_closes_outsi
     stream = trio.run(inside)
     stream.marker().wait()  # the portal is open and serving
     # Its own runtime thread runs trio too, and would wait on itself.
-    with pytest.raises(triodnn.WrongThreadError, match="called inside a trio run"):
+    with pytest.raises(triodnn.WrongThreadError, match="called from a function it runs itself"):
         portal.run_sync(portal.engine)
     portal.close()
     with pytest.raises(triodnn.ClosedError, match="portal is closed"):
