@@ -22,8 +22,9 @@ from .actors import (
     pip_driver_problems,
     unusable_devices,
 )
-from .testing import run_benchdnn_runs, run_cases, run_demo
+from .testing import run_benchdnn_runs, run_demo
 from .testing._benchdnn import parse as parse_harness
+from .testing._benchdnn import trailing_options
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -74,57 +75,23 @@ def _set_verbose(level: int | None) -> None:
         os.environ["TRIODNN_VERBOSE"] = str(level)
 
 
-# Options only benchdnn's language has: any of them (or a --batch naming a harness file) makes
-# the command line a benchdnn one, read in order (options before a --case or --batch apply to it).
-_BENCHDNN_ONLY = ("--reset", "--mb", "--op-attrs", "--op-kind", "--tensor-property", "--attr-fpmath")
-
-
-def _is_benchdnn(args: argparse.Namespace) -> bool:
-    words = args.tokens
-    return (args.mode == "CP" or any(Path(b).is_file() for b in args.batch or [])
-            or any(w.split("=", 1)[0] in _BENCHDNN_ONLY for w in words)
-            or any("," in w for w in words if w.startswith(("--in-shapes", "--dt", "--mode",
-                                                              "--expected-n-partitions"))))
-
-
-def _harness(args: argparse.Namespace) -> int:
+def _graph(args: argparse.Namespace) -> int:
+    """benchdnn's graph driver, whatever the options' order: the words are read in order, each
+    option applying to the cases after it; every run prints benchdnn's line. An input error (an
+    unknown option, a malformed value, a case file that is not there) exits 2 before anything
+    runs; a FAILED run exits 1."""
+    _set_verbose(args.verbose)
+    for option in trailing_options(args.tokens):
+        # benchdnn would ignore it silently; a user who wrote --case=F --mode=P wanted it applied.
+        print(f"triodnn graph: warning: {option} comes after the last --case/--batch and applies to no case "
+              "(options apply to the cases after them: put it first)", file=sys.stderr)
     runs = parse_harness(args.tokens, base=Path.cwd())
     if not runs:
-        print("triodnn graph: no --case to run", file=sys.stderr)
+        print("triodnn graph: give --case FILE or --batch DIR|HARNESS", file=sys.stderr)
         return 2
     with record_to(args.trace):
         results = trio.run(lambda: run_benchdnn_runs(runs, engine_spec=args.engine, policy=args.policy,
                                                      repeat=args.repeat))
-    return 1 if any(r.status == "FAILED" for r in results) else 0
-
-
-def _graph(args: argparse.Namespace) -> int:
-    _set_verbose(args.verbose)
-    if _is_benchdnn(args):
-        return _harness(args)
-    paths = [Path(p) for p in args.case or []]
-    for batch in args.batch or []:
-        paths += sorted(Path(batch).glob("*.json"))
-    if not paths:
-        print("triodnn graph: give --case FILE or --batch DIR|HARNESS", file=sys.stderr)
-        return 2
-    if args.mode not in ("C", "P"):
-        print(f"triodnn graph: --mode={args.mode}: not one of C, P, CP", file=sys.stderr)
-        return 2
-    expected = args.expected_n_partitions
-    if expected is not None and not expected.isdigit():
-        print(f"triodnn graph: --expected-n-partitions={expected}: not a non-negative integer", file=sys.stderr)
-        return 2
-    expected = None if expected is None else int(expected)
-    with record_to(args.trace):
-        results = trio.run(lambda: run_cases(
-            paths, engine_spec=args.engine, mode=args.mode.upper(), policy=args.policy,
-            in_shapes=args.in_shapes, dt=args.dt, expected_n_partitions=expected,
-            repeat=args.repeat))
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-    print("tests:", len(results), " ".join(f"{k.lower()}: {v}" for k, v in sorted(counts.items())))
     return 1 if any(r.status == "FAILED" for r in results) else 0
 
 
@@ -141,28 +108,35 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--rounds", type=int, default=3, help="timed rounds per stream kind (default 3)")
     demo.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     demo.set_defaults(run=_demo)
-    graph = commands.add_parser("graph", help="run, check (--mode C) or time (--mode P) oneDNN graph JSON")
+    graph = commands.add_parser(
+        "graph", help="run, check (--mode C) or time (--mode P) oneDNN graph JSON, as benchdnn's graph driver",
+        description="benchdnn's graph driver: the options are read in order, each applying to the --case and "
+                    "--batch after it (until --reset); a comma list runs once per value. Each run prints "
+                    "benchdnn's line, then 'tests:N passed:N ...'. Input errors exit 2, a FAILED run 1.")
     graph.add_argument("--case", action="append", metavar="FILE", help="a serialized graph (repeatable)")
     graph.add_argument("--batch", action="append", metavar="DIR|HARNESS",
                        help="every *.json in DIR, or a benchdnn harness file (options and --case lines)")
-    graph.add_argument("--mode", type=str.upper, default="C", metavar="C|P|CP",
-                       help="C: check against numpy (default); P: time per run; CP: both (benchdnn runs; a "
-                            "comma list runs each)")
+    graph.add_argument("--mode", action="append", metavar="C|P|CP",
+                       help="C: check against a float64 numpy reference (default); P: time per run; CP: both")
     graph.add_argument("--engine", help="KIND[:INDEX], e.g. cpu or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")
-    graph.add_argument("--policy", choices=("fusion", "debug"), default="fusion")
-    graph.add_argument("--in-shapes", metavar="ID:AxB+...", help="new shapes for graph inputs")
-    graph.add_argument("--dt", metavar="DT|ID:DT+...", help="data type of every floating tensor, or per id")
-    graph.add_argument("--expected-n-partitions", metavar="N",
-                       help="partitions the graph must give (benchdnn runs: default 1, 0 skips the check)")
-    # benchdnn's graph knobs; any of them reads the command line as benchdnn does (in order,
-    # comma lists as alternatives). argparse only lists them here; _benchdnn parses them.
+    graph.add_argument("--policy", choices=("fusion", "debug"), default="fusion",
+                       help="fusion: oneDNN's fused partitions (default); debug: one partition per op")
+    graph.add_argument("--in-shapes", action="append", metavar="ID:AxB[*TAG]+...",
+                       help="new shapes (and layouts) for graph inputs; the graph is re-inferred")
+    graph.add_argument("--dt", action="append", metavar="DT|ID:DT+...",
+                       help="data type of every floating tensor (f32, bf16, f16), or per tensor id")
+    graph.add_argument("--expected-n-partitions", action="append", metavar="N",
+                       help="partitions the graph must give (default 1; 0 skips the check)")
     graph.add_argument("--reset", action="append_const", const=True, help="options back to benchdnn's defaults")
     graph.add_argument("--mb", action="append", metavar="N", help="minibatch of the graph inputs (0: as written)")
-    graph.add_argument("--op-attrs", action="append", metavar="ID:NAME:VALUE[*NAME:VALUE][+ID:...]")
+    graph.add_argument("--op-attrs", action="append", metavar="ID:NAME:VALUE[*NAME:VALUE][+ID:...]",
+                       help="set attributes of op ID, typed as the graph's attribute; VALUE undef removes one")
     graph.add_argument("--op-kind", action="append", metavar="ID:KIND[+ID:KIND]",
-                       help="KIND undef removes the op")
-    graph.add_argument("--tensor-property", action="append", metavar="ID:constant|variable|host_scalar|undef[+...]")
-    graph.add_argument("--attr-fpmath", action="append", metavar="MODE[:APPLY_TO_INT]")
+                       help="change op ID's kind; KIND undef removes the op (its input flows on)")
+    graph.add_argument("--tensor-property", action="append", metavar="ID:constant|variable|host_scalar|undef[+...]",
+                       help="a logical tensor's property: constant inputs go through the constant tensor cache")
+    graph.add_argument("--attr-fpmath", action="append", metavar="MODE[:APPLY_TO_INT]",
+                       help="the graph's fpmath mode (strict, bf16, f16, tf32, any); APPLY_TO_INT true or false")
     graph.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
     graph.add_argument("--trace", metavar="FILE",
                        help="record a trace of the run to FILE (Chrome JSON: ui.perfetto.dev, chrome://tracing)")

@@ -2,10 +2,10 @@
 
     from triodnn.testing import make_inputs, reference, run_case, tolerance
 
-- ``run_case`` / ``run_cases``: the benchdnn-style graph driver behind ``triodnn graph`` (fill
-  the inputs, run every partition, compare each output with the op-by-op numpy reference);
-  ``make_inputs`` and ``run_graph`` are its steps.
-- ``parse_harness`` / ``run_benchdnn_runs``: benchdnn's harness files (``--batch=FILE``) and
+- ``run_case``: one graph checked as benchdnn's graph driver does (fill the inputs, run every
+  partition, compare each output with the op-by-op numpy reference); ``make_inputs`` and
+  ``run_graph`` are its steps.
+- ``parse_harness`` / ``run_benchdnn_runs``: what ``triodnn graph`` runs: benchdnn's harness files (``--batch=FILE``) and
   options (``--reset``, ``--in-shapes``, ``--op-attrs``, ``--op-kind``, ``--mb``, ``--dt``,
   ``--tensor-property``, ``--attr-fpmath``, comma alternatives) as ``Run`` records, run with
   benchdnn's states (PASSED, SKIPPED, UNIMPLEMENTED, INVALID_ARGUMENTS, FAILED);
@@ -22,7 +22,7 @@ from ._benchdnn import Run
 from ._benchdnn import parse_file as parse_harness
 from ._benchdnn import rewrite as rewrite_graph
 from ._demo import run_demo
-from ._driver import CaseResult, OutputCheck, make_inputs, run_benchdnn, run_benchdnn_runs, run_case, run_cases, run_graph
+from ._driver import CaseResult, OutputCheck, make_inputs, run_benchdnn, run_benchdnn_runs, run_case, run_graph
 from ._filling import ROLES, fill_input, narrowest_dtype, tolerance
 from ._reference import FLOAT_DTYPES, reference, to_dtype_values
 
@@ -41,7 +41,6 @@ __all__ = [
     "run_benchdnn",
     "run_benchdnn_runs",
     "run_case",
-    "run_cases",
     "run_demo",
     "run_graph",
     "to_dtype_values",

@@ -332,6 +332,28 @@ def parse(words: list[str], *, base: Path, defaults: dict[str, str] | None = Non
     return state.runs
 
 
+def trailing_options(words: list[str]) -> list[str]:
+    """The options of ``words`` that come after its last ``--case`` or ``--batch``: benchdnn
+    applies an option to the cases after it, so these apply to none (the command-line-only ones,
+    which apply to the whole run wherever they stand, excepted)."""
+    last, i, trailing = None, 0, []
+    spans = []
+    while i < len(words):
+        name, sep, _ = words[i].removeprefix("--").partition("=")
+        takes_next = not sep and name != "reset" and i + 1 < len(words) and not words[i + 1].startswith("--")
+        spans.append((name, i, i + 2 if takes_next else i + 1))
+        i = spans[-1][2]
+    for index, (name, _, _) in enumerate(spans):
+        if name in ("case", "batch"):
+            last = index
+    if last is None:
+        return []
+    for name, start, end in spans[last + 1:]:
+        if name not in COMMAND_LINE_ONLY:
+            trailing.append(" ".join(words[start:end]))
+    return trailing
+
+
 def _alternatives(name: str, value: str) -> tuple[str, ...]:
     """A value's comma alternatives, each checked now so a typo fails before anything runs."""
     values = tuple(value.split(","))

@@ -429,30 +429,6 @@ async def run_case(path, *, engine, mode: str = "C", policy: str = "fusion",
     return CaseResult(case, status, names, checks)
 
 
-async def run_cases(paths, *, engine_spec: str | None, **options) -> list[CaseResult]:
-    async with open_runtime() as rt:
-        engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
-        print(engine_line(engine), flush=True)
-        results = []
-        progress = Progress(len(paths))
-        for i, path in enumerate(paths, 1):
-            progress.show(i, Path(path).name)
-            started = time.perf_counter()
-            try:
-                with _trace.span(f"case {Path(path).name}", track="graph driver"):
-                    result = await run_case(path, engine=engine, **options)
-            except TriodnnError as exc:
-                result = CaseResult(Path(path).name, "FAILED", (), message=f"{type(exc).__name__}: {exc}")
-            result = attrs.evolve(result, seconds=time.perf_counter() - started)
-            progress.clear()
-            prefix = f"[{i}/{len(paths)}] " if len(paths) > 1 else ""
-            print(prefix + result.summary(), flush=True)
-            results.append(result)
-        if len(results) > 1:
-            print(summary_table(results), flush=True)
-        return results
-
-
 class Progress:
     """A one-line progress bar on stderr while a case runs (only on a terminal: logs stay clean)."""
 
@@ -471,18 +447,6 @@ class Progress:
         if self.live:
             self.stream.write("\r" + " " * 80 + "\r")
             self.stream.flush()
-
-
-def summary_table(results: list[CaseResult]) -> str:
-    """Every case in one table: status, partitions, primitives-level detail, seconds."""
-    rows = [("case", "status", "partitions", "seconds", "ms/run")]
-    for r in results:
-        rows.append((r.case, r.status, str(len(r.partitions)), f"{r.seconds:.2f}",
-                     "" if r.ms_per_run is None else f"{r.ms_per_run:.3f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def engine_line(engine) -> str:
@@ -666,9 +630,11 @@ def summary_line(results: list[CaseResult]) -> str:
 
 async def run_benchdnn_runs(runs: list[_benchdnn.Run], *, engine_spec: str | None, policy: str = "fusion",
                             repeat: int = 20, seed: int = 0) -> list[CaseResult]:
-    """Every harness run in order, one benchdnn line each, and the summary line."""
+    """The engine's line, every harness run in order, one benchdnn line each, and the summary
+    line."""
     async with open_runtime() as rt:
         engine = await (rt.engine(*_engine_args(engine_spec)) if engine_spec else rt.engine())
+        print(engine_line(engine), flush=True)
         results = []
         progress = Progress(len(runs))
         for i, run in enumerate(runs):

@@ -336,6 +336,7 @@ def test_command_line_options_before_a_case_and_perf_mode(capsys):
     mlp = EXAMPLES / "mlp.json"
     assert main(["graph", "--mode=cp", "--repeat", "2", "--op-kind=0:MatMul", f"--case={mlp}"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out.pop(0).startswith("engine ")  # which engine runs the cases
     assert out[0] == f"0:PASSED __REPRO: --mode=CP --op-kind=0:MatMul --case={mlp}"
     kind = os.environ.get("TRIODNN_ENGINE", "cpu").split(":")[0]  # the default engine's
     assert out[1].startswith(f"perf,{kind},--mode=CP --op-kind=0:MatMul --case={mlp},min(ms):")

@@ -59,29 +59,75 @@ async def test_shipped_examples_pass(engine, path):
     assert result.status == "PASSED", result.summary()
 
 
+def _result_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line[:1].isdigit() or line.startswith(("perf,", "tests:"))]
+
+
 def test_cli_exit_status(tmp_path, capsys):
     assert main(["graph", "--case", str(EXAMPLES[0])]) == 0
-    assert "PASSED" in capsys.readouterr().out
+    assert _result_lines(capsys.readouterr().out) == [
+        f"0:PASSED __REPRO: --mode=C --case={EXAMPLES[0]}",
+        "tests:1 passed:1 skipped:0 mistrusted:0 unimplemented:0 invalid_arguments:0 failed:0 listed:0"]
     bad = tmp_path / "bad.json"
     bad.write_text('{"graph": [{"id": 0, "kind": "Frobnicate"}]}')
-    assert main(["graph", "--case", str(bad)]) == 1
-    out = capsys.readouterr().out
-    assert "FAILED bad.json" in out and "Frobnicate" in out
+    assert main(["graph", "--case", str(bad)]) == 0  # benchdnn's verdict: an invalid graph is no failure
+    assert _result_lines(capsys.readouterr().out)[0].startswith("0:INVALID_ARGUMENTS (")
+
+
+def test_cli_one_format_whatever_the_option_order(capsys):
+    """The options' order decides what applies to which case, never the output's format: an
+    option after the last --case applies to none, and says so."""
+    assert main(["graph", "--mode=CP", "--repeat", "2", "--case", str(EXAMPLES[0])]) == 0
+    captured = capsys.readouterr()
+    lines = _result_lines(captured.out)
+    assert lines[0] == f"0:PASSED __REPRO: --mode=CP --case={EXAMPLES[0]}"
+    assert lines[1].startswith("perf,") and "avg(ms):" in lines[1] and lines[2].startswith("tests:1 passed:1 ")
+    assert captured.err == ""
+    assert main(["graph", "--case", str(EXAMPLES[0]), "--mode=CP", "--repeat", "2"]) == 0
+    captured = capsys.readouterr()
+    assert _result_lines(captured.out)[0] == f"0:PASSED __REPRO: --mode=C --case={EXAMPLES[0]}"
+    assert "warning: --mode=CP comes after the last --case/--batch and applies to no case" in captured.err
+    assert "--repeat" not in captured.err  # command-line options apply to the whole run wherever they stand
+
+
+def test_cli_input_errors_exit_2(tmp_path, capsys):
+    assert main(["graph", "--case", str(tmp_path / "missing.json")]) == 2
+    assert "InvalidArgumentError: 'missing.json'" in capsys.readouterr().err.replace(str(tmp_path) + "/", "")
+    assert main(["graph", "--mode=Q", "--case", str(EXAMPLES[0])]) == 2
+    assert "--mode" in capsys.readouterr().err
+    assert main(["graph"]) == 2
+    assert "give --case FILE or --batch DIR|HARNESS" in capsys.readouterr().err
+
+
+def test_cli_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["graph", "--help"])
+    text = capsys.readouterr().out
+    options = ["--case", "--batch", "--mode", "--engine", "--policy", "--in-shapes", "--dt", "--expected-n-partitions",
+               "--reset", "--mb", "--op-attrs", "--op-kind", "--tensor-property", "--attr-fpmath", "--repeat",
+               "--trace", "--verbose"]
+    for option in options:
+        assert option in text, option
+    # Every option has a help text: argparse prints an option's metavar line then its text.
+    assert "--policy {fusion,debug}\n" in text and "fusion: oneDNN's fused partitions" in text
+    assert "the graph's fpmath mode" in text and "a logical tensor's property" in text
+    assert "set attributes of op ID" in text
 
 
 def test_cli_expected_partitions_and_perf_mode(capsys):
-    assert main(["graph", "--case", str(EXAMPLES[0]), "--expected-n-partitions", "5"]) == 1
+    assert main(["graph", "--expected-n-partitions", "5", "--case", str(EXAMPLES[0])]) == 1
     assert "expected 5 partition(s), got 1" in capsys.readouterr().out
-    assert main(["graph", "--case", str(EXAMPLES[0]), "--policy", "debug",
-                 "--expected-n-partitions", "5", "--mode", "P", "--repeat", "2"]) == 0
-    assert "ms per run" in capsys.readouterr().out
+    assert main(["graph", "--policy", "debug", "--expected-n-partitions", "5", "--mode", "P", "--repeat", "2",
+                 "--case", str(EXAMPLES[0])]) == 0
+    lines = _result_lines(capsys.readouterr().out)
+    assert lines[1].startswith("perf,") and "avg(ms):" in lines[1]
 
 
 def test_cli_in_shapes_reinfers_the_graph(capsys):
     sdpa = ROOT / "examples" / "graphs" / "sdpa.json"
-    args = ["graph", "--case", str(sdpa), "--in-shapes", "0:1x2x16x32+1:1x2x16x32+2:1x2x16x32+4:1x1x16x16"]
+    args = ["graph", "--in-shapes", "0:1x2x16x32+1:1x2x16x32+2:1x2x16x32+4:1x1x16x16", "--case", str(sdpa)]
     assert main(args) == 0
-    assert "PASSED sdpa.json" in capsys.readouterr().out
+    assert _result_lines(capsys.readouterr().out)[0].startswith("0:PASSED __REPRO: --mode=C --in-shapes=0:1x2x16x32")
 
 
 @pytest.mark.parametrize("name, dt", [
@@ -98,6 +144,6 @@ def test_cli_batch_progress_summary_and_verbose(capsys, monkeypatch):
     monkeypatch.setenv("TRIODNN_VERBOSE", "0")  # restored after the test; --verbose sets it
     assert main(["graph", "--batch", str(ROOT / "examples" / "graphs"), "--verbose", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"[1/{len(EXAMPLES)}] PASSED" in out
-    assert "case" in out and "status" in out and "seconds" in out  # the summary table
+    assert "0:PASSED __REPRO:" in out and f"{len(EXAMPLES) - 1}:PASSED __REPRO:" in out
+    assert f"tests:{len(EXAMPLES)} passed:{len(EXAMPLES)} " in out  # benchdnn's summary line
     assert "triodnn_verbose,primitive,create:" in out

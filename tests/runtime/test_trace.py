@@ -245,7 +245,7 @@ def test_cli_graph_trace(tmp_path, capsys):
     assert "PASSED" in capsys.readouterr().out
     events = validate(json.loads(path.read_text()))
     tasks = spans(events, "task")
-    assert [s["name"] for s in tasks if s["name"].startswith("case ")] == [f"case {EXAMPLES[0].name}"]
+    assert [s["name"] for s in tasks if s["name"].startswith("case ")] == [f"case {EXAMPLES[0]}"]
     assert any(s["name"].startswith("compile partition") for s in tasks)
     assert spans(events, "device") and spans(events, "submit") and spans(events, "create")
 
