@@ -14,6 +14,8 @@ from pyopencl import CompilerWarning
 
 from ._runtime import default_engine_spec, find_device, parse_engine_spec
 from ._trace import record_to
+from ._trace_plot import load_events
+from ._trace_plot import plot as plot_trace
 from ._values._errors import TriodnnError, UnusableDeviceWarning
 from .actors import (
     choose_out_of_order_strategy,
@@ -59,6 +61,19 @@ def _info(args: argparse.Namespace) -> int:
         print(f"default engine: none ({type(exc).__name__}: {exc})")
         return 1
     print(f"default engine: {spec}")
+    return 0
+
+
+def _trace_command(args: argparse.Namespace) -> int:
+    """A saved trace drawn as a Gantt chart (``triodnn.trace.plot``)."""
+    try:
+        events = load_events(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"triodnn trace: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    out = args.output or str(Path(args.file).with_suffix(".png"))
+    plot_trace(events, out, show=args.show.split(","), arrows=not args.no_arrows)
+    print(f"triodnn trace: drew {args.file} to {out}")
     return 0
 
 
@@ -108,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--rounds", type=int, default=3, help="timed rounds per stream kind (default 3)")
     demo.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     demo.set_defaults(run=_demo)
+    trace = commands.add_parser("trace", help="draw a saved trace (triodnn graph --trace, Trace.save) as a Gantt chart")
+    trace.add_argument("file", help="a trace JSON file")
+    trace.add_argument("-o", "--output", metavar="IMAGE", help="PNG, SVG or PDF to write (default: FILE with .png)")
+    trace.add_argument("--show", default="device", metavar="ROWS",
+                       help="rows to draw, comma separated: device (lanes, the default), host, tasks")
+    trace.add_argument("--no-arrows", action="store_true", help="leave out the dependency arrows")
+    trace.set_defaults(run=_trace_command)
     graph = commands.add_parser(
         "graph", help="run, check (--mode C) or time (--mode P) oneDNN graph JSON, as benchdnn's graph driver",
         description="benchdnn's graph driver: the options are read in order, each applying to the --case and "

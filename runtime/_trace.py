@@ -3,6 +3,7 @@
     with triodnn.trace.record() as trace:      # in async code too: entering starts nothing
         ...                                    # any triodnn work, any runtime, any trio run
     trace.save("out.json")                     # or trace.to_chrome(), the same as a dict
+    trace.plot("gantt.png")                    # a Gantt chart (matplotlib): lanes, arrows
 
 What is recorded, while the block runs:
 
@@ -17,8 +18,10 @@ What is recorded, while the block runs:
 - dependency edges between recorded commands as flow events (``"s"`` bound to the dependency's
   span, ``"f"`` with ``"bp": "e"`` to the dependent's): device span to device span where both
   commands have one, else host span to host span;
-- every ``create_primitive`` as a span on the ``create_primitive`` track with its outcome
-  (``cache_hit``, ``cache_miss``, ``cache_coalesced``) in ``args`` and as an instant event, and each
+- every ``create_primitive`` as a span on the ``create_primitive`` track (category ``create``)
+  whose ``args`` hold ``outcome`` (``cache_hit``: the primitive cache had it; ``cache_miss``: this
+  call built it; ``cache_coalesced``: it waited for another call's build of the same key), ``kind``
+  and ``impl``, the outcome also as an instant event; and each
   build a miss runs in a worker thread as a span on the ``builds`` track (its length is the build
   thread's own measure; it ends when the trio side sees the build finish);
 - spans that callers open with ``span()`` (``triodnn graph`` marks its cases and partition
@@ -64,6 +67,7 @@ import pyopencl as cl
 from ._engine import Engine
 from ._instruments import Instrument, add_instrument, remove_instrument
 from ._stream import Stream, StreamFlags
+from ._trace_plot import plot
 from ._values._errors import TriodnnError
 from .actors import Command, Submission, execution_status
 
@@ -351,6 +355,11 @@ class Trace(Instrument):
                         event["bp"] = "e"
                     events.append(event)
         return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def plot(self, path=None, **options):
+        """This trace as a Gantt chart, a matplotlib Figure (saved to ``path`` when given): a row
+        per device lane, dependency arrows. ``options`` are ``triodnn.trace.plot``'s."""
+        return plot(self, path, **options)
 
     def save(self, path) -> None:
         """Write ``to_chrome()`` as JSON to ``path`` (open it in ui.perfetto.dev or chrome://tracing)."""

@@ -11,8 +11,14 @@ coalesced), builds, and spans callers open with ``span()``. Device times are map
 host clock per engine by the smallest offset between a command's enqueue on the host and its
 ``CL_PROFILING_COMMAND_QUEUED`` time, so a device span never lies before its submission. One
 trace records at a time (``TraceError`` otherwise).
+
+A recorded trace draws as a Gantt chart: ``trace.plot("gantt.png")`` (matplotlib), or
+``triodnn.trace.plot("out.json")`` for a saved one, or ``triodnn trace out.json -o gantt.png``.
+Creation spans carry the primitive cache's outcome in ``args["outcome"]``: ``cache_hit``,
+``cache_miss`` (this call built it) or ``cache_coalesced`` (it waited for another call's build).
 """
 
 from ._trace import Trace, TraceError, record, record_to, span
+from ._trace_plot import CATEGORIES, plot
 
-__all__ = ["Trace", "TraceError", "record", "record_to", "span"]
+__all__ = ["CATEGORIES", "Trace", "TraceError", "plot", "record", "record_to", "span"]
