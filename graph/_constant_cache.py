@@ -105,6 +105,8 @@ class ConstantTensorCacheStatistics:
     uncached: int
     entries: int
     bytes: int
+    # Inputs given once with ``GraphRunner.set_constants`` (``compile_graph(constants=)``) never
+    # pass through this cache: ``runner.statistics().constants`` and ``constant_bytes`` count them.
 
     @property
     def uploads(self) -> int:

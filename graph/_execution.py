@@ -87,6 +87,12 @@ class GraphRunnerStatistics:
     # ``request_buffers`` is how many device buffers the sets hold (``release_request_buffers``).
     request_buffer_sets: int = 0
     request_buffers: int = 0
+    # Where the runner's weights live: the inputs it holds from ``set_constants`` (or
+    # ``compile_graph(constants=)``), and the device bytes of those it uploaded itself (Tensors
+    # and Memory given are the caller's). These are not in the constant tensor cache, whose
+    # statistics (``constant_tensor_cache_statistics``) count constant inputs given per run.
+    constants: int = 0
+    constant_bytes: int = 0
 
     @property
     def live_buffers(self) -> int:
@@ -176,6 +182,8 @@ class GraphRunner:
     _recording: RequestRecording | bool | None = attrs.field(init=False, repr=False, default=None)
     # Inputs given once (set_constants): used by every run that omits them.
     _constants: dict[int, Tensor] = attrs.field(init=False, repr=False, factory=dict)
+    # The ids of ``_constants`` whose buffers the runner uploaded (arrays given), not the caller's.
+    _uploaded_constants: set[int] = attrs.field(init=False, repr=False, factory=set)
     _facts: _InputFacts | None = attrs.field(init=False, repr=False, default=None)  # _input_facts
 
     def __attrs_post_init__(self) -> None:
@@ -201,10 +209,12 @@ class GraphRunner:
 
     def statistics(self) -> GraphRunnerStatistics:
         recording = self._recording
+        held = {"constants": len(self._constants),
+                "constant_bytes": sum(self._constants[i].memory.desc.nbytes for i in self._uploaded_constants)}
         if isinstance(recording, RequestRecording):
-            return GraphRunnerStatistics(**self._counters.by_name, request_buffer_sets=recording.buffer_sets,
+            return GraphRunnerStatistics(**self._counters.by_name, **held, request_buffer_sets=recording.buffer_sets,
                                          request_buffers=recording.buffers)
-        return GraphRunnerStatistics(**self._counters.by_name)
+        return GraphRunnerStatistics(**self._counters.by_name, **held)
 
     def release_request_buffers(self) -> None:
         """Free the device buffers kept between requests (``statistics().request_buffers``); a
@@ -274,6 +284,10 @@ class GraphRunner:
             else:
                 # A replaced upload of ours goes with its last reference (a run still using it).
                 self._constants[lt_id] = uploaded[lt_id] if lt_id in uploaded else value
+            if lt_id in uploaded:
+                self._uploaded_constants.add(lt_id)
+            else:
+                self._uploaded_constants.discard(lt_id)
 
     def query_logical_tensor(self, lt_id: int) -> LogicalTensor:
         """A graph input or output as compiled."""

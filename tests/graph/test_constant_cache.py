@@ -376,8 +376,11 @@ async def test_set_constants_lets_runs_omit_their_ids(engine, stream, capacity, 
         outs = [out async for out in results]
     for x, out in zip(xs, outs, strict=True):
         np.testing.assert_allclose(out[5], mlp_reference(x, w_given, b), rtol=1e-5, atol=1e-5)
-    # The weights went up once, with set_constants; the cache saw nothing.
-    assert runner.statistics().uploads == 2 + 2 + 5
+    # The weights went up once, with set_constants; the cache saw nothing. The runner's
+    # statistics say where they live: two inputs it holds, in buffers of its own.
+    stats = runner.statistics()
+    assert stats.uploads == 2 + 2 + 5
+    assert (stats.constants, stats.constant_bytes) == (2, w.nbytes + b.nbytes)
     assert counts(engine) == (0, 0, 0, 0, 0, 0)
     # A run may still give its own value for one of them.
     w2 = rng.standard_normal((16, 12), dtype=np.float32)
@@ -386,6 +389,7 @@ async def test_set_constants_lets_runs_omit_their_ids(engine, stream, capacity, 
     # Replacing: a Tensor of the caller's; the runner's own upload of W goes.
     w_tensor = await Tensor.from_numpy(runner.inputs[1], engine, w2)
     await runner.set_constants({1: w_tensor})
+    assert (runner.statistics().constants, runner.statistics().constant_bytes) == (2, b.nbytes)  # W is the caller's
     gc.collect()
     # b, the caller's tensor, the cache's w2, and the buffers kept between requests
     assert live(engine) == before + 2 + 1 + kept(runner)
@@ -395,6 +399,7 @@ async def test_set_constants_lets_runs_omit_their_ids(engine, stream, capacity, 
     await runner.set_constants({1: None, 2: None})
     gc.collect()
     assert runner.constants == {} and live(engine) == before + 2 + kept(runner)
+    assert (runner.statistics().constants, runner.statistics().constant_bytes) == (0, 0)
     with pytest.raises(InvalidArgumentError, match=r"inputs lack graph input ids \[1, 2\]"):
         await runner.run(stream, {0: xs[0]})
 
