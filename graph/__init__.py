@@ -54,6 +54,7 @@ from ._logical_tensor import UNKNOWN_DIM, LogicalTensor
 from ._op import Op
 from ._partition import Partition
 from ._pipeline import Pipeline, PipelineStatistics
+from ._progress import progress_bar
 from ._tensor import Tensor
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "get_compiled_partition_cache_capacity",
     "get_constant_tensor_cache_capacity",
     "load",
+    "progress_bar",
     "save",
     "set_compiled_partition_cache_capacity",
     "set_constant_tensor_cache_capacity",

@@ -22,6 +22,7 @@ from ._handlers import MissingHandlerError, find_handler, normalise_handlers
 from ._layouts import resolve_input_layout, resolve_output_layout
 from ._logical_tensor import LogicalTensor, known_shape
 from ._partition import Partition
+from ._progress import ProgressCallback, progress_callback
 
 __all__ = ["compile_graph"]
 
@@ -47,7 +48,7 @@ async def _gather(functions) -> None:
 
 
 def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handlers=None,
-                  inputs=None, constants=None):
+                  inputs=None, constants=None, progress=None):
     """Partition ``graph`` with ``policy``, compile its supported partitions for ``engine`` and
     bind its unsupported ones to ``handlers``: ``runner = await compile_graph(graph, engine)``,
     a ``GraphRunner``. Given an engine of a blocking portal it compiles there and returns the
@@ -64,17 +65,21 @@ def compile_graph(graph: Graph, engine: Engine, *, policy: str = "fusion", handl
     ``constants``, ``{input id: array, Tensor or Memory}``, gives the runner those inputs once
     (``GraphRunner.set_constants``): its runs may omit them. A graph input whose shape stays
     unknown (a ``-1`` dim) gives a ``DynamicGraphRunner``, compiled per set of input shapes at
-    their first run.
+    their first run. ``progress`` reports each partition as it is compiled (a cold compile
+    builds kernels for seconds): True for a tqdm bar where tqdm is installed (else a line on a
+    terminal's stderr), or a callable ``(done, total, what)`` (``_progress``).
     """
+    report = progress_callback(progress, "compile_graph")
     portal = portal_of(engine)
     if portal is not None:
         return portal.run(_compile_graph, graph, engine, policy=policy, handlers=handlers,
-                          inputs=inputs, constants=constants)
-    return _compile_graph(graph, engine, policy=policy, handlers=handlers, inputs=inputs, constants=constants)
+                          inputs=inputs, constants=constants, report=report)
+    return _compile_graph(graph, engine, policy=policy, handlers=handlers, inputs=inputs, constants=constants,
+                          report=report)
 
 
 async def _compile_graph(graph: Graph, engine: Engine, *, policy: str, handlers, inputs,
-                         constants) -> GraphRunner | DynamicGraphRunner:
+                         constants, report: ProgressCallback | None = None) -> GraphRunner | DynamicGraphRunner:
     if not isinstance(graph, Graph):
         raise InvalidArgumentError(f"graph is {type(graph).__name__}, expected triodnn.graph.Graph")
     partitions = graph.get_partitions(policy)
@@ -166,6 +171,8 @@ async def _compile_graph(graph: Graph, engine: Engine, *, policy: str, handlers,
         for lt in step.outputs:
             known[lt.id] = lt
             available[lt.id].set()
+        if report is not None:
+            report(len(steps), len(partitions), f"partition {partition.id}: {'+'.join(partition.op_kinds)}")
 
     await _gather([lambda p=p: prepare(p) for p in partitions])
     output_ids = [lt.id for lt in graph.output_tensors()]

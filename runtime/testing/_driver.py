@@ -27,6 +27,7 @@ from .._values._errors import InvalidArgumentError, InvalidGraphError, TriodnnEr
 from ..graph import Graph, LogicalTensor, Tensor, from_dict
 from ..graph._logical_tensor import GRAPH_DTYPES, PROPERTY_TYPES, known_shape
 from ..graph._op_schema import OP_SCHEMAS, schema_of
+from ..graph._progress import progress_callback
 from ..graph._shape_inference import infer_output_shapes
 from . import _benchdnn
 from ._filling import batch_statistics, fill_input, tolerance
@@ -341,10 +342,12 @@ def compare(lt: LogicalTensor, got: np.ndarray, want: np.ndarray, kinds: set[str
 
 
 async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray], policy: str,
-                    *, repeat: int = 0, timings: list[float] | None = None):
+                    *, repeat: int = 0, timings: list[float] | None = None, progress=None):
     """Execute every partition; returns (partitions, {tensor id: result array}, ms per run).
     With ``timings``, each timed run is awaited alone and its milliseconds appended (benchdnn's
-    min and average need them one by one)."""
+    min and average need them one by one). ``progress`` (``compile_graph``'s) hears of each
+    partition compiled."""
+    report = progress_callback(progress, "compiling")
     partitions = graph.get_partitions(policy)
     unsupported = [p for p in partitions if not p.is_supported]
     if unsupported:
@@ -355,12 +358,14 @@ async def run_graph(graph: Graph, engine, stream, arrays: dict[int, np.ndarray],
         tensors[lt.id] = await Tensor.from_numpy(known[lt.id].evolve(layout_type="strided", strides=None)
                                                  if known[lt.id].layout_type != "strided" else known[lt.id],
                                                  engine, arrays[lt.id])
-    compiled = []
+    compiled: list[tuple] = []
     for partition in partitions:
         ins = [tensors[lt.id].logical_tensor for lt in partition.input_ports]
         with _trace.span(f"compile partition {partition.id}", engine=engine,
                          track="compile partitions", ops="+".join(partition.op_kinds)):
             cp = await partition.compile(engine, ins, None)
+        if report is not None:
+            report(len(compiled) + 1, len(partitions), f"partition {partition.id}: {'+'.join(partition.op_kinds)}")
         outs = [Tensor(lt, engine) for lt in cp.outputs]
         for t in outs:
             tensors[t.logical_tensor.id] = t
@@ -430,18 +435,24 @@ async def run_case(path, *, engine, mode: str = "C", policy: str = "fusion",
 
 
 class Progress:
-    """A one-line progress bar on stderr while a case runs (only on a terminal: logs stay clean)."""
+    """A one-line progress bar on stderr while a case runs (only on a terminal: logs stay clean),
+    with the stage of the case (its partitions compiled: a cold compile takes seconds)."""
 
     def __init__(self, total: int, stream=None) -> None:
         self.total = total
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() and total > 1
+        self.live = self.stream.isatty()
 
-    def show(self, index: int, name: str) -> None:
+    def show(self, index: int, name: str, stage: str = "") -> None:
         if self.live:
             done = int(20 * (index - 1) / self.total)
-            self.stream.write(f"\r[{'#' * done}{'.' * (20 - done)}] {index}/{self.total} {name[:50]:50}")
+            line = f"[{'#' * done}{'.' * (20 - done)}] {index}/{self.total} {name[-40:]} {stage}"
+            self.stream.write("\r" + line[:79].ljust(79))
             self.stream.flush()
+
+    def stage(self, index: int, name: str):
+        """The ``(done, total, what)`` callback that shows case ``index``'s compile progress."""
+        return lambda done, total, what: self.show(index, name, f"compiling {done}/{total}")
 
     def clear(self) -> None:
         if self.live:
@@ -527,7 +538,7 @@ def _flops(graph: Graph, arrays: dict[int, np.ndarray]) -> float | None:
 
 
 async def run_benchdnn(run: _benchdnn.Run, *, engine, policy: str = "fusion", repeat: int = 20,
-                       seed: int = 0) -> CaseResult:
+                       seed: int = 0, progress=None) -> CaseResult:
     """One harness run in benchdnn's terms: the graph rewritten by the run's options, checked
     (mode C), timed (P) or both (CP). Never raises for a graph or a triodnn gap: the state and
     its reason are in the result."""
@@ -554,7 +565,7 @@ async def run_benchdnn(run: _benchdnn.Run, *, engine, policy: str = "fusion", re
         arrays = make_inputs(graph, seed)
         timings: list[float] = []
         timed = "P" in run.mode
-        partitions, results, _ = await run_graph(graph, engine, stream, arrays, policy,
+        partitions, results, _ = await run_graph(graph, engine, stream, arrays, policy, progress=progress,
                                                  repeat=repeat if timed else 0, timings=timings)
         names = describe(partitions)
         if results is None:
@@ -641,7 +652,8 @@ async def run_benchdnn_runs(runs: list[_benchdnn.Run], *, engine_spec: str | Non
             progress.show(i + 1, run.case)
             started = time.perf_counter()
             with _trace.span(f"case {run.case}", track="graph driver"):
-                result = await run_benchdnn(run, engine=engine, policy=policy, repeat=repeat, seed=seed)
+                result = await run_benchdnn(run, engine=engine, policy=policy, repeat=repeat, seed=seed,
+                                            progress=progress.stage(i + 1, run.case) if progress.live else None)
             result = attrs.evolve(result, seconds=time.perf_counter() - started)
             progress.clear()
             print(benchdnn_line(i, result), flush=True)
