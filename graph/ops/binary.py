@@ -1,4 +1,5 @@
-"""Binary ops (numpy broadcasting), SquaredDifference, Select and BiasAdd: one ``BinaryDesc`` each.
+"""Binary ops (numpy broadcasting), SquaredDifference, Select and BiasAdd: one ``BinaryDesc`` each;
+BiasAddBackward, BiasAdd's gradient: one ``ReductionDesc`` sum over all but the channel axis.
 
 The schema, shape rule, lowering and numpy reference of each kind, registered in
 ``triodnn.graph._op_registry`` (see there)."""
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..._values import (
     BinaryDesc,
+    ReductionDesc,
 )
 from ..._values._errors import InvalidGraphError
 from ..._values._memory_desc import MemoryDesc
@@ -55,6 +57,17 @@ def _bias_add_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
         raise shape_error(kind, f"bias {fmt_shape(bias)} does not match the {channels} channels of src "
                                 f"{fmt_shape(src)} ({a['data_format']})")
     return src
+
+
+def _channel_axis(a: dict, ndims: int) -> int:
+    return 1 if a.get("data_format", "NXC") == "NCX" else ndims - 1
+
+
+def _bias_add_backward_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
+    (src,) = shapes
+    if len(src) < 2:
+        raise shape_error(kind, f"output_delta {fmt_shape(src)} needs at least 2 dims")
+    return (src[_channel_axis(a, len(src))],)
 
 
 def _select_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
@@ -106,6 +119,25 @@ def _lower_bias_add(b: Builder, op: Op) -> None:
           {"src0": src, "src1": bias}, {"dst": b.output(op.outputs[0])})
 
 
+def _lower_bias_add_backward(b: Builder, op: Op) -> None:
+    # The bias gradient is output_delta summed over every axis but the channels: a reduction
+    # whose dst keeps the channel axis (C,) and a 1 for each other axis.
+    src = b.view(op.inputs[0])
+    ndims = src.desc.ndims
+    axis = _channel_axis(op.attrs, ndims)
+    dst = b.output(op.outputs[0])
+    dims = tuple(src.desc.dims[i] if i == axis else 1 for i in range(ndims))
+    strides = tuple(dst.desc.strides[0] if i == axis else 1 for i in range(ndims))
+    dst = View(dst.slot, MemoryDesc(dims, dst.desc.dtype, strides))
+    b.run(op, lambda src, dst: ReductionDesc("sum", src, dst), {"src": src}, {"dst": dst})
+
+
+def _bias_add_backward_reference(kind: str, a: dict, inputs: list, num_outputs: int) -> list:
+    x = f64(inputs[0])
+    axis = _channel_axis(a, x.ndim)
+    return [x.sum(axis=tuple(i for i in range(x.ndim) if i != axis))]
+
+
 def _binary_reference(kind: str, a: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         if kind == "Add":
@@ -136,6 +168,8 @@ def _bias_add_reference(a: dict, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
 _SCHEMAS = [
     OpSchema("BiasAdd", (2, 2), (1, 1), attr_map([data_format_attr()]), "bias", "add",
              ("src", "bias")),
+    OpSchema("BiasAddBackward", (1, 1), (1, 1), attr_map([data_format_attr()]), "bias_backward", "sum",
+             ("output_delta",), ("bias_delta",)),
     _binary_schema("Add", "add"),
     _binary_schema("Subtract", "sub"),
     _binary_schema("Multiply", "mul"),
@@ -179,6 +213,8 @@ def _bias_add_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -
 _NUMBERS = {
     **dict.fromkeys(("Add", "Subtract", "Multiply", "BiasAdd", "SquaredDifference"), Numbers(kt.BINARY)),
     "Divide": Numbers(kt.ELTWISE, inexact=True, filling="divisor"),
+    # A sum over the batch and spatial axes: the reduction's threshold, exact on the integer filling.
+    "BiasAddBackward": Numbers(kt.reduction("sum"), accumulates=True),
 }
 
 
@@ -192,4 +228,6 @@ register(*numbered([
             reference=_select_op_reference),
     GraphOp(_BY_KIND["BiasAdd"], shapes=one_output(_bias_add_shape),
             lower=_lower_bias_add, reference=_bias_add_op_reference, post_op_anchor=any_op),
+    GraphOp(_BY_KIND["BiasAddBackward"], shapes=one_output(_bias_add_backward_shape),
+            lower=_lower_bias_add_backward, reference=_bias_add_backward_reference),
 ], _NUMBERS))

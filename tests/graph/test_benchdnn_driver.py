@@ -282,7 +282,7 @@ def test_harness_end_to_end_states_and_summary(tmp_path, capsys, monkeypatch):
         "# states benchdnn reports\n"
         "--batch=inner\n"
         # an op triodnn recognises but does not run (ConvolutionBackwardData runs now)
-        "--reset --in-shapes=0:2x3x4x5 --op-kind=0:BiasAddBackward --case=op/f32/abs.json\n"
+        "--reset --in-shapes=0:2x3x4x5 --dt=0:f4_e2m1+1:f4_e2m1 --case=op/f32/abs.json\n"
         "--reset --in-shapes=7:2x2 --case=op/f32/abs.json\n"
         "--reset --dt=0:f64+1:f64 --case=op/f32/abs.json\n"
         "--reset --in-shapes=0:2x2 --expected-n-partitions=2 --case=op/f32/abs.json\n")
@@ -291,7 +291,7 @@ def test_harness_end_to_end_states_and_summary(tmp_path, capsys, monkeypatch):
     lines = [line for line in out.splitlines() if line[:1].isdigit() or line.startswith("tests:")]
     assert lines[0] == "0:PASSED __REPRO: --mode=C --in-shapes=0:2x3x4x5 --op-kind=0:Abs --case=op/f32/abs.json"
     assert lines[1].startswith("1:PASSED __REPRO: --mode=C --in-shapes=0:2x3x4x5 --op-kind=0:Exp")
-    assert lines[2].startswith("2:UNIMPLEMENTED (unsupported partition(s): BiasAddBackward) __REPRO:")
+    assert lines[2].startswith("2:UNIMPLEMENTED (data type f4_e2m1 is not implemented) __REPRO:")
     assert lines[3].startswith("3:INVALID_ARGUMENTS (--in-shapes names logical tensors [7], not in the graph)")
     assert lines[4].startswith("4:SKIPPED (data type f64 is not supported by the device)")
     assert lines[5].startswith("5:FAILED (expected 2 partition(s), got 1: Abs) __REPRO: --mode=C --in-shapes=0:2x2 "

@@ -24,18 +24,18 @@ FAMILIES = (ops.binary, ops.convolution, ops.data_movement, ops.dropout, ops.elt
 
 def test_every_kind_that_runs_has_all_four_parts():
     running = [op for op in graph_ops().values() if op.runs]
-    assert len(running) == 85  # 88 kinds: all but Wildcard, End (marks an output) and BiasAddBackward
+    assert len(running) == 86  # 88 kinds: all but Wildcard and End (marks an output)
     for op in running:
         assert op.shapes is not None and op.reference is not None, op.kind
         assert op.schema.kind == op.kind
     not_run = sorted(op.kind for op in graph_ops().values() if not op.runs)
-    assert not_run == ["BiasAddBackward", "End", "Wildcard"]
+    assert not_run == ["End", "Wildcard"]
 
 
 def test_each_family_registers_exactly_the_kinds_it_declares():
     declared = [schema.kind for family in FAMILIES for schema in family._SCHEMAS]
     assert len(declared) == len(set(declared))  # no kind in two families
-    assert set(declared) | {"Wildcard", "End", "BiasAddBackward"} == set(graph_ops())
+    assert set(declared) | {"Wildcard", "End"} == set(graph_ops())
     assert set(OP_SCHEMAS) == set(graph_ops())
 
 
@@ -55,8 +55,6 @@ def test_an_unknown_kind_names_the_known_ones():
 def test_kinds_that_do_not_run_say_why():
     with pytest.raises(ShapeInferenceError, match="Wildcard op's semantics are the user's"):
         infer_output_shapes("Wildcard", {}, [(2, 3)], 1)
-    with pytest.raises(ShapeInferenceError, match="BiasAddBackward: triodnn does not run this op"):
-        infer_output_shapes("BiasAddBackward", {}, [(2, 3)], 1)
     with pytest.raises(UnsupportedError, match="Wildcard op's semantics are the user's; there is no reference"):
         reference("Wildcard", {}, [np.zeros(3, np.float32)], ["f32"])
     assert infer_output_shapes("End", {}, [(2, 3)], 0) == []

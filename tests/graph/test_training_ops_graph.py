@@ -99,6 +99,18 @@ async def test_prelu_backward_sums_a_per_channel_slope_gradient(engine, rng, dat
     np.testing.assert_array_equal(diff_slope, np.sum(np.where(x > 0, 0.0, dd * x), axis=axes))
 
 
+@pytest.mark.parametrize(("data_format", "shape", "dtype"), [
+    ("NXC", (2, 3, 4, 5), "f32"), ("NCX", (2, 3, 4, 5), "f32"), ("NXC", (7, 6), "bf16"), ("NCX", (4, 8, 16), "f16")])
+async def test_bias_add_backward_sums_all_but_the_channels(engine, rng, data_format, shape, dtype):
+    """BiasAdd's gradient: output_delta summed over the batch and spatial axes, one value per channel."""
+    channel = 1 if data_format == "NCX" else len(shape) - 1
+    dd = rng.integers(-4, 5, shape).astype(np.float32)
+    op = Op(0, "BiasAddBackward", [_lt(0, shape, dtype)], [_lt(1, (shape[channel],), dtype)],
+            {"data_format": data_format})
+    (got,) = await _run_op(engine, op, {0: dd})
+    np.testing.assert_array_equal(got, dd.sum(axis=tuple(i for i in range(len(shape)) if i != channel)))
+
+
 async def test_interpolate_backward_nearest_nxc_with_a_sizes_input(engine, rng):
     """Nearest 2x upsampling: each diff_src element sums its 2x2 block of diff_dst; the sizes
     input is accepted (diff_dst's shape says the same)."""
@@ -112,6 +124,10 @@ async def test_interpolate_backward_nearest_nxc_with_a_sizes_input(engine, rng):
 
 def test_output_shapes():
     assert infer_output_shapes("SoftMaxBackward", {}, [[2, 3], [2, 3]]) == [(2, 3)]
+    assert infer_output_shapes("BiasAddBackward", {}, [[2, 3, 5]]) == [(5,)]
+    assert infer_output_shapes("BiasAddBackward", {"data_format": "NCX"}, [[2, 3, 5]]) == [(3,)]
+    with pytest.raises(ShapeInferenceError, match=r"BiasAddBackward.*output_delta \[4\] needs at least 2 dims"):
+        infer_output_shapes("BiasAddBackward", {}, [[4]])
     assert infer_output_shapes("PReLUBackward", {"data_format": "NCX"}, [[2, 3, 4], [3], [2, 3, 4]], 2) == [
         (2, 3, 4), (3,)]
     assert infer_output_shapes("InterpolateBackward", {"mode": "linear", "scales": [2.0], "data_format": "NCX"},
