@@ -51,9 +51,10 @@ async def test_a_failing_map_request_says_which_it_was(engine):
 
 async def test_memory_read_after_its_runtime_closed_says_so():
     async with triodnn.open_runtime() as rt:
-        engine = await rt.engine("cpu")
+        engine = await rt.engine()  # the default engine: TRIODNN_ENGINE's where set
         memory = await engine.from_numpy(np.ones((2, 3), np.float32), MemoryDesc((2, 3)))
-    with pytest.raises(ClosedError, match=r"cannot read memory \[2, 3\] f32 of cpu:0 .*its runtime has shut down"):
+    with pytest.raises(ClosedError, match=rf"cannot read memory \[2, 3\] f32 of {engine.kind}:{engine.index} "
+                                          r".*its runtime has shut down"):
         await memory.to_numpy()
     with pytest.raises(ClosedError, match=r"cannot write memory \[2, 3\] f32 .*its runtime has shut down"):
         await memory.write(np.zeros((2, 3), np.float32))
@@ -61,7 +62,7 @@ async def test_memory_read_after_its_runtime_closed_says_so():
 
 def test_a_wrapped_object_inside_the_portals_own_run_is_told_to_pass_it_in():
     with triodnn.BlockingPortal() as portal:
-        engine = portal.runtime.engine("cpu")
+        engine = portal.runtime.engine()
         runner = portal.run(compile_graph, _relu_graph(), engine)
         stream = engine.stream()
         x = np.arange(4, dtype=np.float32)
