@@ -138,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--case", action="append", metavar="FILE", help="a serialized graph (repeatable)")
     graph.add_argument("--batch", action="append", metavar="DIR|HARNESS",
                        help="every *.json in DIR, or a benchdnn harness file (options and --case lines)")
-    graph.add_argument("--mode", action="append", metavar="C|P|CP",
-                       help="C: check against a float64 numpy reference (default); P: time per run; CP: both")
+    graph.add_argument("--mode", action="append", metavar="C|P|CP|L",
+                       help="C: check against a float64 numpy reference (default); P: time per run; CP: both; "
+                            "L: list the runs, run nothing")
     graph.add_argument("--engine", help="KIND[:INDEX], e.g. cpu or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")
     graph.add_argument("--policy", choices=("fusion", "debug"), default="fusion",
                        help="fusion: oneDNN's fused partitions (default); debug: one partition per op")

@@ -37,7 +37,8 @@ DEFAULTS: dict[str, str] = {
     "attr-fpmath": "",
     "expected-n-partitions": "1",
 }
-MODES = ("C", "P", "CP")
+# benchdnn's modes: check, performance, both, and list (L: each run's line, nothing run).
+MODES = ("C", "P", "CP", "L")
 PROPERTIES = ("undef", "variable", "constant", "host_scalar")
 FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 GLOBAL_DTS = ("undef", "f32", "bf16", "f16")

@@ -632,11 +632,11 @@ def perf_line(engine_name: str, result: CaseResult) -> str:
 
 
 def summary_line(results: list[CaseResult]) -> str:
-    """benchdnn's closing line: ``tests:N passed:N skipped:N … failed:N listed:0``."""
-    counts = {state: 0 for state in STATES}
+    """benchdnn's closing line: ``tests:N passed:N skipped:N … failed:N listed:N``."""
+    counts = {state: 0 for state in (*STATES, "LISTED")}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
-    return f"tests:{len(results)} " + " ".join(f"{k.lower()}:{v}" for k, v in counts.items()) + " listed:0"
+    return f"tests:{len(results)} " + " ".join(f"{k.lower()}:{v}" for k, v in counts.items())
 
 
 async def run_benchdnn_runs(runs: list[_benchdnn.Run], *, engine_spec: str | None, policy: str = "fusion",
@@ -649,6 +649,11 @@ async def run_benchdnn_runs(runs: list[_benchdnn.Run], *, engine_spec: str | Non
         results = []
         progress = Progress(len(runs))
         for i, run in enumerate(runs):
+            if run.mode == "L":  # benchdnn's list mode: the run's line, nothing read or run
+                result = CaseResult(run.case, "LISTED", (), repro=run.repro())
+                print(benchdnn_line(i, result), flush=True)
+                results.append(result)
+                continue
             progress.show(i + 1, run.case)
             started = time.perf_counter()
             with _trace.span(f"case {run.case}", track="graph driver"):

@@ -348,3 +348,15 @@ def test_command_line_options_before_a_case_and_perf_mode(capsys):
 def test_command_line_argument_errors_exit_2(capsys):
     assert main(["graph", "--op-kind=0:Abs", "--in-shapes=0:2xq", f"--case={EXAMPLES / 'mlp.json'}"]) == 2
     assert "--in-shapes=0:2xq" in capsys.readouterr().err
+
+
+def test_list_mode_prints_each_runs_line_and_runs_nothing(tmp_path, capsys):
+    """benchdnn's --mode=L: the lines of the runs a harness asks for, counted as listed; the
+    case is not even read (a file that is no graph lists as well)."""
+    not_a_graph = tmp_path / "not-a-graph.json"
+    not_a_graph.write_text("{")
+    assert main(["graph", "--mode=L", "--op-kind=0:Abs,0:Exp", f"--case={not_a_graph}"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line[:1].isdigit() or line.startswith("tests:")]
+    assert lines == [f"0:LISTED __REPRO: --mode=L --op-kind=0:Abs --case={not_a_graph}",
+                     f"1:LISTED __REPRO: --mode=L --op-kind=0:Exp --case={not_a_graph}",
+                     "tests:2 passed:0 skipped:0 mistrusted:0 unimplemented:0 invalid_arguments:0 failed:0 listed:2"]
