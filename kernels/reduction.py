@@ -46,8 +46,24 @@ ALGORITHMS: tuple[str, ...] = REDUCTION_ALGORITHMS
 
 # Per algorithm: the initial accumulator, the term each element contributes, and whether the
 # terms are summed (with compensation) or folded with a combining expression of ``acc`` and ``t``.
-_INIT = {"max": "-INFINITY", "min": "INFINITY", "mul": "1.0f"}
-_FOLD = {"max": "t > acc ? t : acc", "min": "t < acc ? t : acc", "mul": "acc * t"}
+_INIT = {"max": "-INFINITY", "min": "INFINITY"}
+_FOLD = {"max": "t > acc ? t : acc", "min": "t < acc ? t : acc"}
+
+# The product keeps its exponent apart: ``acc * 2^e`` with ``acc`` held in [2^-62, 2^62] (or 0,
+# inf, NaN). A plain f32 product overflowed to inf (and inf * 0 to NaN) part way through a row
+# whose whole product fits f32 (ReduceProd over 784 elements: numpy's float64 product had a
+# number there). Comparisons and multiplications by powers of two only: exact, and no built-in
+# calls (PoCL does not inline them).
+_MUL_RENORMALISE = ("if (acc > 0x1p62f || acc < -0x1p62f) { acc *= 0x1p-64f; e += 64; }"
+                    " else if (acc != 0.0f && acc < 0x1p-62f && acc > -0x1p-62f) { acc *= 0x1p64f; e -= 64; }")
+# One factor t: brought within [2^-64, 2^64] first, so the product stays a normal f32.
+_MUL_STEP = ("{ float u = t; int eu = 0;"
+             " if (u > 0x1p64f || u < -0x1p64f) { u *= 0x1p-64f; eu = 64; }"
+             " else if (u != 0.0f && u < 0x1p-64f && u > -0x1p-64f) { u *= 0x1p64f; eu = -64; }"
+             f" acc *= u; e += eu; {_MUL_RENORMALISE} }}")
+# acc * 2^e as an f32 (inf past its range, 0 or a subnormal below).
+_MUL_FINISH = ("while (e > 120) { acc *= 0x1p120f; e -= 120; } while (e < -120) { acc *= 0x1p-120f; e += 120; }"
+               " acc *= as_float((uint)(e + 127) << 23);")
 _TERM = {"l1": "x < 0.0f ? -x : x", "l2": "x * x"}
 _SUMMED = frozenset({"sum", "mean", "l1", "l2"})
 
@@ -79,6 +95,9 @@ def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
             " const float aa = acc < 0.0f ? -acc : acc; const float ay = y < 0.0f ? -y : y;"
             " comp += aa >= ay ? (acc - t) + y : (y - t) + acc; acc = t;"
         )
+    elif alg == "mul":
+        init = "float acc = 1.0f; int e = 0;"
+        step = f"const float t = {term}; {_MUL_STEP}"
     else:
         init = f"float acc = {_INIT[alg]};"
         step = f"const float t = {term}; acc = {_FOLD[alg]};"
@@ -95,6 +114,8 @@ def generate(desc: ReductionDesc, config: KernelConfig) -> KernelSpec:
     loop_code = "\n    ".join(loops + [inner] + ["".join(closes)] if loops else [inner])
     if alg in _SUMMED:
         lines_after = "acc += comp;"
+    elif alg == "mul":
+        lines_after = _MUL_FINISH
     else:
         lines_after = ""
     if alg == "mean":
@@ -147,6 +168,10 @@ def _work_group_per_output(desc: ReductionDesc, config: KernelConfig, order: lis
         init = "float acc = 0.0f, comp = 0.0f;"
         step = _wg_reduce.two_sum_step("acc", "comp", term)
         combine = _wg_reduce.sum_code("acc", "comp", "total", local) + " acc = total;"
+    elif alg == "mul":
+        init = "float acc = 1.0f; int e = 0;"
+        step = f"{{ const float t = {term}; {_MUL_STEP} }}"
+        combine = _product_tree(local) + " " + _MUL_FINISH
     else:
         init = f"float acc = {_INIT[alg]};"
         step = f"{{ const float t = {term}; acc = {_FOLD[alg]}; }}"
@@ -175,6 +200,21 @@ def _work_group_per_output(desc: ReductionDesc, config: KernelConfig, order: lis
     )
 
 
+def _product_tree(local: int) -> str:
+    """Statements leaving every work-item's ``acc`` and ``e`` the work-group's product, through
+    ``red_a`` (the factors) and ``red_b`` (their exponents, as the float of the same bits)."""
+    lines = ["red_a[lid] = acc; red_b[lid] = as_float(e);", "barrier(CLK_LOCAL_MEM_FENCE);"]
+    step = local // 2
+    while step >= 1:
+        lines.append(f"if (lid < {step}u) {{ float acc = red_a[lid] * red_a[lid + {step}u];"
+                     f" int e = as_int(red_b[lid]) + as_int(red_b[lid + {step}u]); {_MUL_RENORMALISE}"
+                     " red_a[lid] = acc; red_b[lid] = as_float(e); }")
+        lines.append("barrier(CLK_LOCAL_MEM_FENCE);")
+        step //= 2
+    lines.append("acc = red_a[0]; e = as_int(red_b[0]);")
+    return "\n    ".join(lines)
+
+
 def _fold_tree(local: int, fold: str) -> str:
     """Statements leaving every work-item's ``acc`` folded over the work-group with ``fold`` (an
     expression of ``acc`` and ``t``), through ``red_a``."""
@@ -187,6 +227,25 @@ def _fold_tree(local: int, fold: str) -> str:
         step //= 2
     lines.append("acc = red_a[0];")
     return "\n    ".join(lines)
+
+
+def product(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+    """The product of ``x`` over ``axes`` in float64 without overflowing or underflowing part way
+    (mantissas and exponents multiplied and added apart, as the kernel keeps them): ``np.prod``
+    gave inf for a row of 1e10 x40, 1e-10 x40 and 3, whose product is 3."""
+    x = np.asarray(x, dtype=np.float64)
+    axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
+    moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+    kept = moved.shape[:x.ndim - len(axes)]
+    flat = moved.reshape(kept + (-1,))
+    mantissas, exponents = np.frexp(flat)
+    acc, exponent = np.ones(kept), np.zeros(kept, np.int64)
+    for start in range(0, flat.shape[-1], 256):  # 256 mantissas of [1/2, 1) stay above 2^-256
+        acc, carried = np.frexp(acc * np.prod(mantissas[..., start:start + 256], axis=-1))
+        exponent += carried + exponents[..., start:start + 256].sum(axis=-1)
+    # Past +-2100 the result is inf or 0 whatever the mantissa; ldexp takes a C int.
+    y = np.ldexp(acc, np.clip(exponent, -2100, 2100).astype(np.int32))
+    return np.expand_dims(y, axes) if keepdims else y
 
 
 def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...], *, dst_dtype: str = "f32") -> np.ndarray:
@@ -204,7 +263,7 @@ def reference(alg: str, src: np.ndarray, dst_dims: tuple[int, ...], *, dst_dtype
         elif alg == "min":
             y = np.min(x, axis=axes, keepdims=True)
         elif alg == "mul":
-            y = np.prod(x, axis=axes, keepdims=True)
+            y = product(x, axes, keepdims=True)
         elif alg == "l1":
             y = np.sum(np.abs(x), axis=axes, keepdims=True)
         elif alg == "l2":

@@ -15,6 +15,7 @@ from ..._values import (
 )
 from ..._values._errors import InvalidGraphError
 from ..._values._memory_desc import MemoryDesc
+from ...kernels import reduction as kernel_reduction
 from ...kernels import tolerance as kt
 from .._lowering import (
     Builder,
@@ -111,7 +112,7 @@ def _reduce_reference(kind: str, a: dict, inputs: list[np.ndarray]) -> np.ndarra
         if kind == "ReduceMin":
             return np.min(x, axis=axes, keepdims=keep, initial=np.inf)
         if kind == "ReduceProd":
-            return np.prod(x, axis=axes, keepdims=keep)
+            return kernel_reduction.product(x, axes, keepdims=keep)
         if kind == "ReduceL1":
             return np.sum(np.abs(x), axis=axes, keepdims=keep)
         if kind == "ReduceL2":

@@ -45,3 +45,28 @@ async def test_work_group_per_output(engine, rng, alg, name):
         got = await dst.to_numpy()
         want = reduction.reference(alg, x, dst_dims)
         tolerance.check(got, want, reduction.desc_tolerance(desc))
+
+
+@pytest.mark.parametrize("config", ["cpu", "gpu"])
+async def test_a_product_that_leaves_f32_part_way_comes_back(engine, config):
+    """mul keeps its exponent apart, on the per-output and the work-group path: a running f32
+    product overflowed (and inf * 0 made NaN) on rows whose whole product fits f32 (ReduceProd
+    over 784 elements of oneDNN's suites); numpy's float64 np.prod overflows too on the first row,
+    so the reference keeps its exponent apart the same way (``reduction.product``)."""
+    if config == "gpu":
+        engine._config = attrs.evolve(GPU, local_memory=min(GPU.local_memory, engine._config.local_memory))
+    rows = np.ones((4, 1000), np.float32)
+    rows[0, :81] = np.concatenate([np.full(40, 1e10), np.full(40, 1e-10), [3.0]])  # 1e400, then back: 3
+    rows[1, :14] = np.concatenate([np.full(10, 1e30), [0.0], np.full(3, 2.0)])  # past f32, then 0: 0, not NaN
+    rows[2, :90] = np.concatenate([np.full(45, 1e-30), np.full(45, 1e30)])  # under, then back: 1
+    rows[3, :3] = [1e30, 1e30, -1e30]  # a product past f32 stays -inf
+    desc = ReductionDesc("mul", MemoryDesc(rows.shape), MemoryDesc((4, 1)))
+    primitive = await engine.create_primitive(desc)
+    assert primitive.impl.startswith("ocl:wg_output" if config == "gpu" else "ocl:per_output")
+    src = await engine.from_numpy(rows, desc.src)
+    dst = engine.memory(desc.dst)
+    await (await engine.stream()).execute(primitive, {"src": src, "dst": dst})
+    got = (await dst.to_numpy()).ravel()
+    np.testing.assert_allclose(got[:3], [3.0, 0.0, 1.0], rtol=1e-5)
+    assert got[3] == -np.inf
+    np.testing.assert_allclose(reduction.reference("mul", rows, (4, 1)).ravel()[:3], [3.0, 0.0, 1.0], rtol=1e-5)
