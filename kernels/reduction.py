@@ -237,10 +237,10 @@ def product(x: np.ndarray, axes: tuple[int, ...], keepdims: bool = False) -> np.
     axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
     kept = moved.shape[:x.ndim - len(axes)]
-    flat = moved.reshape(kept + (-1,))
-    mantissas, exponents = np.frexp(flat)
+    count = math.prod(x.shape[a] for a in axes)
+    mantissas, exponents = np.frexp(moved.reshape(kept + (count,)))
     acc, exponent = np.ones(kept), np.zeros(kept, np.int64)
-    for start in range(0, flat.shape[-1], 256):  # 256 mantissas of [1/2, 1) stay above 2^-256
+    for start in range(0, count, 256):  # 256 mantissas of [1/2, 1) stay above 2^-256
         acc, carried = np.frexp(acc * np.prod(mantissas[..., start:start + 256], axis=-1))
         exponent += carried + exponents[..., start:start + 256].sum(axis=-1)
     # Past +-2100 the result is inf or 0 whatever the mantissa; ldexp takes a C int.

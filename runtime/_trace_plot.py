@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 from ._values._errors import UnsupportedError
 
+_pyplot: ModuleType | None
 try:
     import matplotlib.pyplot as _pyplot
 except ImportError:  # matplotlib is optional: only drawing needs it
