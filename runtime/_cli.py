@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     graph.add_argument("--tensor-property", action="append", metavar="ID:constant|variable|host_scalar|undef[+...]",
                        help="a logical tensor's property: constant inputs go through the constant tensor cache")
     graph.add_argument("--attr-fpmath", action="append", metavar="MODE[:APPLY_TO_INT]",
-                       help="the graph's fpmath mode (strict, bf16, f16, tf32, any); APPLY_TO_INT true or false")
+                       help="the graph's fpmath mode (strict, bf16, f16, tf32, any; APPLY_TO_INT true or false), "
+                            "written into the graph; triodnn computes in strict f32 whatever it allows")
     graph.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
     graph.add_argument("--trace", metavar="FILE",
                        help="record a trace of the run to FILE (Chrome JSON: ui.perfetto.dev, chrome://tracing)")
