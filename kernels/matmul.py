@@ -27,7 +27,7 @@ import numpy as np
 
 from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops, matmul_gpu, matmul_mma, matmul_skinny, tolerance
-from ._post_ops import generate_scaled
+from ._post_ops import aligned_strides, generate_scaled
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, index_code, padded_global
 
@@ -44,11 +44,6 @@ def tiles(config: KernelConfig) -> tuple[int, int, tuple[int, int]]:
         return 16, 16, (1, 1)
     side = max(1, int(math.isqrt(config.local_size)))
     return 4, 4, (side, side)
-
-
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
 
 
 # -- CPU (PoCL) path -------------------------------------------------------------------------------
@@ -396,11 +391,11 @@ def _regblock(desc: MatmulDesc, post_ops: tuple, config: KernelConfig) -> Kernel
     dst_dims = desc.dst.dims  # batch dims broadcast (the descriptor checked them), then (M, N)
     batch = dst_dims[:-2]
     nd = len(dst_dims)
-    sa = _aligned(src_dims, src_strides, nd)
-    sb = _aligned(wei_dims, wei_strides, nd)
+    sa = aligned_strides(src_dims, src_strides, nd)
+    sb = aligned_strides(wei_dims, wei_strides, nd)
     sd = tuple(dst_strides)
     has_bias = bias_dims is not None
-    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     tm, tn, (ln, lm) = tiles(config)
     mt, nt = math.ceil(m / tm), math.ceil(n / tn)
     nbatch = math.prod(batch)

@@ -38,7 +38,7 @@ import attrs
 
 from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops
-from ._post_ops import generate_scaled
+from ._post_ops import aligned_strides, generate_scaled
 from ._spec import KernelConfig, KernelSpec, index_code
 
 
@@ -198,11 +198,6 @@ def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig, k: int | None
     return max(fitting + small, key=lambda t: (groups(t) * t.threads, groups(t)))
 
 
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
-
-
 # Group loads of 4 elements as one access: the vector type read and its conversion to float4.
 _WIDE = {
     "f32": lambda p, o: f"(*(__global const float4*)({p} + {o}))",
@@ -329,11 +324,11 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     batch = desc.dst.dims[:-2]  # the broadcast batch dims (the descriptor checked them)
     nd = len(batch) + 2
     nbatch = math.prod(batch)
-    sa = _aligned(src_dims, src_strides, nd)
-    sb = _aligned(wei_dims, wei_strides, nd)
+    sa = aligned_strides(src_dims, src_strides, nd)
+    sb = aligned_strides(wei_dims, wei_strides, nd)
     sd = tuple(dst_strides)
     has_bias = bias_dims is not None
-    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     po_strides = _post_ops.operand_strides(post_ops, nd)
 
     if tile is None:

@@ -32,7 +32,7 @@ import attrs
 
 from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops
-from ._post_ops import generate_scaled
+from ._post_ops import aligned_strides, generate_scaled
 from ._spec import KernelConfig, KernelSpec, index_code
 
 # The tensor-core kernels need mma.sync with bf16 (sm_80, Ampere) and cp.async (sm_80).
@@ -121,7 +121,7 @@ PREFERENCE: tuple[str, ...] = ("128x128x32:w2x4:p2", "64x128x32:w2x2:p2", "64x64
 MIN_GROUPS = 128
 
 
-def _aligned_strides(strides: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+def _chunk_aligned(strides: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return all(s % _CHUNK == 0 for s, d in zip(strides, dims) if d > 1)
 
 
@@ -131,11 +131,11 @@ def _weights_k_major(desc: MatmulDesc) -> bool | None:
     src, wei = desc.src, desc.weights
     k = src.dims[-1]
     n = wei.dims[-1]
-    if k % _CHUNK or src.strides[-1] != 1 or not _aligned_strides(src.strides[:-1], src.dims[:-1]):
+    if k % _CHUNK or src.strides[-1] != 1 or not _chunk_aligned(src.strides[:-1], src.dims[:-1]):
         return None
-    if wei.strides[-1] == 1 and n % _CHUNK == 0 and _aligned_strides(wei.strides[:-1], wei.dims[:-1]):
+    if wei.strides[-1] == 1 and n % _CHUNK == 0 and _chunk_aligned(wei.strides[:-1], wei.dims[:-1]):
         return True
-    if wei.strides[-2] == 1 and _aligned_strides(wei.strides[:-2] + wei.strides[-1:], wei.dims[:-2] + wei.dims[-1:]):
+    if wei.strides[-2] == 1 and _chunk_aligned(wei.strides[:-2] + wei.strides[-1:], wei.dims[:-2] + wei.dims[-1:]):
         return False
     return None
 
@@ -176,11 +176,6 @@ def generate(desc: MatmulDesc, config: KernelConfig, *, tile: MmaTile | str | No
     return generate_scaled(lambda chain: mma_gemm(desc, chain, config, tile), desc.post_ops, desc.output_scale)
 
 
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
-
-
 def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
     """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
     k_major = _weights_k_major(desc)
@@ -193,12 +188,12 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     batch = desc.dst.dims[:-2]
     nd = len(batch) + 2
     nbatch = math.prod(batch)
-    sa = _aligned(src_dims, desc.src.strides, nd)
-    sb = _aligned(wei_dims, desc.weights.strides, nd)
+    sa = aligned_strides(src_dims, desc.src.strides, nd)
+    sb = aligned_strides(wei_dims, desc.weights.strides, nd)
     sd = tuple(dst_strides)
     has_bias = desc.bias is not None
     bias_dtype = desc.bias.dtype if desc.bias is not None else None
-    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     po_strides = _post_ops.operand_strides(post_ops, nd)
     if tile is None:
         tile = choose_tile(m, n, nbatch, config)

@@ -39,7 +39,7 @@ import attrs
 
 from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops
-from ._post_ops import generate_scaled
+from ._post_ops import aligned_strides, generate_scaled
 from ._spec import KernelConfig, KernelSpec, index_code
 from .matmul_gpu import _WIDE  # group loads of 4 elements as one access, converted to float4
 
@@ -201,11 +201,6 @@ def choose_block(m: int, n: int, k: int, nbatch: int, src: _Layout, wei: _Layout
     return best[1]
 
 
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
-
-
 def generate(desc: MatmulDesc, config: KernelConfig, *, block: Block | str | None = None) -> KernelSpec:
     """This kernel for ``desc`` whatever ``prefers`` says (``matmul.generate`` dispatches);
     ``block`` (a Block or its name) overrides ``choose_block``."""
@@ -225,11 +220,11 @@ def skinny(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, blk: Block |
     batch = desc.dst.dims[:-2]
     nd = len(batch) + 2
     nbatch = math.prod(batch)
-    sa = _aligned(src_dims, src_strides, nd)
-    sb = _aligned(wei_dims, wei_strides, nd)
+    sa = aligned_strides(src_dims, src_strides, nd)
+    sb = aligned_strides(wei_dims, wei_strides, nd)
     sd = tuple(dst_strides)
     has_bias = desc.bias is not None
-    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     po_strides = _post_ops.operand_strides(post_ops, nd)
     po_names = tuple(po_strides)
     src = _Layout(src_dtype, m, k, sa[-2], sa[-1], sa[:-2])

@@ -20,13 +20,9 @@ import numpy as np
 
 from .._values._quantized_matmul_desc import QuantizedMatmulDesc
 from . import _dtype_io, _post_ops, tolerance
+from ._post_ops import aligned_strides
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
-
-
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
 
 
 def scales(desc: QuantizedMatmulDesc) -> np.ndarray:
@@ -54,11 +50,11 @@ def _layout(desc: QuantizedMatmulDesc) -> dict:
     """Strides aligned to dst's rank (0 on broadcast dims) and the batch offsets' C code."""
     dst_dims = desc.dst.dims
     nd = len(dst_dims)
-    sa = _aligned(desc.src.dims, desc.src.strides, nd)
-    sb = _aligned(desc.weights.dims, desc.weights.strides, nd)
+    sa = aligned_strides(desc.src.dims, desc.src.strides, nd)
+    sb = aligned_strides(desc.weights.dims, desc.weights.strides, nd)
     sd = tuple(desc.dst.strides)
     strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
-    sc = _aligned(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
     if desc.bias is not None:
         strides["c"] = sc[:-2]
     po_strides = _post_ops.operand_strides(desc.post_ops, nd)

@@ -53,17 +53,12 @@ from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
 from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io, sdpa_flash
+from ._post_ops import aligned_strides
 from ._registry import register
 from ._sdpa_quantized_io import _Operands
 from ._spec import KernelConfig, KernelSpec, index_code
 from .sdpa_cpu import CPU_SHAPES, CPU_SHAPES_NARROW, _cpu_generate, _cpu_rowdot_generate, cpu_row_vectors, rowdot_applies
 from .sdpa_gpu import _gpu_generate, _gpu_split_generate, gpu_split_shape
-
-
-def _aligned(dims: tuple[int, ...], strides: tuple[int, ...], ndims: int) -> tuple[int, ...]:
-    """Strides right-aligned to ``ndims`` dims, 0 where the dim is 1 (broadcast) or absent."""
-    pad = ndims - len(dims)
-    return (0,) * pad + tuple(0 if d == 1 else s for d, s in zip(dims, strides))
 
 
 def _causal_offset(causal: str | None, sq: int, skv: int) -> int | None:
@@ -111,21 +106,21 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
     batch = broadcast_batch(*batches)
     nd = len(batch) + 2
     sa = {
-        "q": _aligned(q_dims, q_strides, nd),
-        "k": _aligned(k_dims, k_strides, nd),
-        "v": _aligned(v_dims, v_strides, nd),
+        "q": aligned_strides(q_dims, q_strides, nd),
+        "k": aligned_strides(k_dims, k_strides, nd),
+        "v": aligned_strides(v_dims, v_strides, nd),
         "d": dst_strides,
     }
     if has_mask:
-        sa["m"] = _aligned(mask_dims, mask_strides, nd)
+        sa["m"] = aligned_strides(mask_dims, mask_strides, nd)
     if has_select:
-        sa["c"] = _aligned(cond_dims, cond_strides, nd)
+        sa["c"] = aligned_strides(cond_dims, cond_strides, nd)
     if desc.stats is not None:
-        sa["s"] = _aligned(desc.stats.dims, desc.stats.strides, nd)
+        sa["s"] = aligned_strides(desc.stats.dims, desc.stats.strides, nd)
     for name, tag in (("key_scales", "ks"), ("key_zps", "kz"), ("value_scales", "vs"), ("value_zps", "vz")):
         md = getattr(desc, name)
         if md is not None:
-            sa[tag] = _aligned(md.dims, md.strides, nd)
+            sa[tag] = aligned_strides(md.dims, md.strides, nd)
     nbatch = math.prod(batch)
     offsets = index_code(batch, {name: s[:-2] for name, s in sa.items()}, "bi") if batch else (
         " ".join(f"const ulong off_{name} = 0;" for name in sa)
