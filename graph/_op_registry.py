@@ -49,6 +49,11 @@ ArgumentCheck = Callable[[str, dict, int, int], None]
 # (normalised attributes, input arrays) -> attributes: what an input's values say that an
 # attribute says otherwise (a reduction's axes given as a tensor), for the reference.
 AttrsFromInputs = Callable[[dict, list["np.ndarray"]], dict]
+# (kind, normalised attributes, input arrays, number of outputs) -> per output, the size of the
+# sums behind each element (the same sums over absolute values), or None for an output that is
+# no sum: the conformance check measures a summed output's rounding against it, since
+# cancellation can leave the result itself far smaller than its terms.
+Magnitude = Callable[[str, dict, list["np.ndarray"], int], list]
 # (op) -> whether this op can carry a chain of post-ops (``_fusion``): its primitive takes them,
 # and its dst is the graph's output tensor (the same dims, or for NXC data a channels-first view).
 AnchorRule = Callable[["Op"], bool]
@@ -60,6 +65,17 @@ AnchorRule = Callable[["Op"], bool]
 # "softmax_gradient" and "log_softmax_gradient" (values a forward could have given).
 FILLINGS = ("positive", "integer_sum", "divisor", "norm", "transcendental", "softmax_gradient",
             "log_softmax_gradient")
+
+
+def of_absolute_inputs(reference: Reference, max_inputs: int) -> Magnitude:
+    """The ``Magnitude`` of a kind whose every output is a sum of products of its inputs (a
+    matmul, a convolution, a sum): its reference over the inputs' absolute values, where at most
+    ``max_inputs`` inputs are given (more are index tensors, as a reduction's axes)."""
+    def magnitude(kind: str, a: dict, inputs: list, num_outputs: int) -> list:
+        if len(inputs) > max_inputs:
+            return [None] * num_outputs
+        return reference(kind, a, [abs(x.astype("float64")) for x in inputs], num_outputs)
+    return magnitude
 
 
 def any_op(op: Op) -> bool:
@@ -96,6 +112,8 @@ class GraphOp:
     filling: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.in_(FILLINGS)))
     # Whether an op of the kind anchors a post-op chain (``AnchorRule``); None: none does.
     post_op_anchor: AnchorRule | None = None
+    # The sizes of the sums behind its outputs (``Magnitude``); None: compared to their values.
+    magnitude: Magnitude | None = None
 
     @property
     def runs(self) -> bool:

@@ -29,7 +29,7 @@ from .._lowering import (
     weights_oix,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, any_op, numbered, register
+from .._op_registry import GraphOp, Numbers, any_op, numbered, of_absolute_inputs, register
 from .._op_schema import (
     AUTO_PADS,
     CONV_TRANSPOSE_WEIGHTS_FORMATS,
@@ -319,7 +319,7 @@ _NUMBERS["Convolution"] = Numbers(accumulates=True, filling="integer_sum")
 register(*numbered([
     GraphOp(_BY_KIND["Convolution"], shapes=one_output(_convolution_shape),
             lower=lower_convolution, reference=_convolution_op_reference, check_attrs=_spatial_attrs,
-            post_op_anchor=any_op),
+            post_op_anchor=any_op, magnitude=of_absolute_inputs(_convolution_op_reference, 3)),
     GraphOp(_BY_KIND["ConvTranspose"], shapes=one_output(_conv_transpose_shape),
             lower=_lower_conv_transpose, reference=_convolution_op_reference, check_attrs=_spatial_attrs),
     *(GraphOp(_BY_KIND[kind], shapes=lambda kind, a, shapes, n: [conv_backward_geometry(kind, a, shapes).output],

@@ -24,7 +24,7 @@ from .._lowering import (
     row_major,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, numbered, of_absolute_inputs, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -141,5 +141,6 @@ def _anchors_post_ops(op: Op) -> bool:
 
 register(*numbered([
     GraphOp(_BY_KIND["MatMul"], shapes=one_output(_matmul_shape),
-            lower=lower_matmul, reference=_matmul_op_reference, post_op_anchor=_anchors_post_ops),
+            lower=lower_matmul, reference=_matmul_op_reference, post_op_anchor=_anchors_post_ops,
+            magnitude=of_absolute_inputs(_matmul_op_reference, 3)),
 ], _NUMBERS))

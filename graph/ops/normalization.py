@@ -349,6 +349,17 @@ def _layer_norm_backward_reference(a: dict, inputs: list[np.ndarray], num_output
             out["diff_shift"].reshape(element)][:num_outputs]
 
 
+def _layer_norm_backward_magnitude(kind: str, a: dict, inputs: list, num_outputs: int) -> list:
+    """diff_gamma and diff_beta are sums over every row (3072 at 8x384x1024) of dd * x_hat and
+    dd: their sizes are the same sums of |dd| * |x_hat| and |dd|, taken with x mirrored above
+    its mean. diff_src is no such sum (None)."""
+    x, dd, mean, variance = _values(inputs[:4])
+    centre = mean.reshape(mean.shape + (1,) * (x.ndim - mean.ndim))
+    absolute = [centre + np.abs(x - centre), np.abs(dd), mean, variance, *inputs[4:]]
+    sums = _layer_norm_backward_reference(a, absolute, num_outputs)
+    return [None, *sums[1:]][:num_outputs]
+
+
 def _group_norm_reference(a: dict, values: list[np.ndarray], num_outputs: int) -> list:
     x = values[0]
     if a["data_format"] == "NXC":
@@ -479,7 +490,7 @@ register(*numbered([
             check_arguments=_training_arguments),
     GraphOp(_BY_KIND["LayerNormBackward"], shapes=_norm_training_shape, lower=_lower_layer_norm_backward,
             reference=lambda kind, a, inputs, n: _layer_norm_backward_reference(a, _values(inputs), n),
-            check_arguments=_training_arguments),
+            check_arguments=_training_arguments, magnitude=_layer_norm_backward_magnitude),
     GraphOp(_BY_KIND["GroupNorm"], shapes=_group_norm_shape, lower=_lower_group_norm,
             reference=lambda kind, a, inputs, n: _group_norm_reference(a, _values(inputs), n),
             post_op_anchor=any_op),

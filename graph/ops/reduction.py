@@ -22,7 +22,7 @@ from .._lowering import (
     View,
 )
 from .._op import Op
-from .._op_registry import GraphOp, Numbers, numbered, register
+from .._op_registry import GraphOp, Numbers, numbered, of_absolute_inputs, register
 from .._op_schema import (
     AttrSpec,
     OpSchema,
@@ -120,6 +120,10 @@ def _reduce_reference(kind: str, a: dict, inputs: list[np.ndarray]) -> np.ndarra
     raise InvalidGraphError(f"{kind} is not a reduction")
 
 
+def _reduce_op_reference(kind: str, a: dict, inputs: list, num_outputs: int) -> list:
+    return [_reduce_reference(kind, a, [f64(x) for x in inputs])]
+
+
 _SCHEMAS = [
     _reduce_schema("ReduceSum", "sum"),
     _reduce_schema("ReduceMean", "mean"),
@@ -165,7 +169,9 @@ _NUMBERS = {
 
 register(*numbered([
     GraphOp(_BY_KIND[kind], shapes=one_output(_reduce_shape), lower=_lower_reduce,
-            reference=lambda kind, a, inputs, n: [_reduce_reference(kind, a, [f64(x) for x in inputs])],
-            check_attrs=_axes_once, check_arguments=_axes_given_once, attrs_from_inputs=_axes_input)
+            reference=_reduce_op_reference,
+            check_attrs=_axes_once, check_arguments=_axes_given_once, attrs_from_inputs=_axes_input,
+            # attention backward's bf16 dK/dV group sums cancel to small results
+            magnitude=of_absolute_inputs(_reduce_op_reference, 1) if kind == "ReduceSum" else None)
     for kind in _REDUCE
 ], _NUMBERS))

@@ -31,6 +31,7 @@ from ..graph._progress import progress_callback
 from ..graph._shape_inference import infer_output_shapes
 from . import _benchdnn
 from ._filling import batch_statistics, fill_input, tolerance
+from ._reference import magnitudes as reference_magnitudes
 from ._reference import reference
 
 _UNKNOWN = -(2**63)
@@ -282,15 +283,11 @@ def _attention_stats(graph: Graph, arrays: dict[int, np.ndarray]) -> None:
         arrays[stats.id] = from_storage(to_storage(row_max, stats.dtype), stats.dtype).reshape(row_max.shape)
 
 
-# ReduceSum: attention backward's bf16 dK/dV group sums cancel to small
-# results whose rounding error is relative to the terms' sizes, as a dot product's.
-_SUMMING = frozenset({"MatMul", "Convolution", "ReduceSum"})
-
-
 def reference_outputs(graph: Graph, arrays: dict[int, np.ndarray]):
-    """Every tensor's reference value, and for MatMul and Convolution outputs the magnitude of
-    their sums (the same op on absolute values): a dot product's rounding error is relative to
-    the sum of its terms' sizes, not to its result, which cancellation can make small."""
+    """Every tensor's reference value, and for outputs that are sums (MatMul, Convolution,
+    ReduceSum, LayerNormBackward's gamma and beta gradients: ``GraphOp.magnitude``) the size of
+    their sums: a sum's rounding error is relative to the sizes of its terms, not to its result,
+    which cancellation can make small."""
     values = dict(arrays)
     magnitudes = {}
     for op in graph.ops:
@@ -301,9 +298,9 @@ def reference_outputs(graph: Graph, arrays: dict[int, np.ndarray]):
         results = reference(op.kind, op.attrs, inputs, dtypes)
         for lt, value in zip(op.outputs, results):
             values[lt.id] = value
-        if op.kind in _SUMMING and len(inputs) <= (1 if op.kind == "ReduceSum" else 3):  # not axes tensors
-            absolute = reference(op.kind, op.attrs, [np.abs(np.asarray(x, dtype=np.float32)) for x in inputs], ["f32"])
-            magnitudes[op.outputs[0].id] = absolute[0]
+        for lt, size in zip(op.outputs, reference_magnitudes(op.kind, op.attrs, inputs, len(op.outputs))):
+            if size is not None:
+                magnitudes[lt.id] = size
     return values, magnitudes
 
 

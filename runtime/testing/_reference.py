@@ -113,4 +113,18 @@ def reference(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray],
     return result
 
 
-__all__ = ["FLOAT_DTYPES", "reference", "to_dtype_values"]
+def magnitudes(kind: str, attrs: Mapping, inputs: Sequence[np.ndarray], num_outputs: int) -> list:
+    """Per output of an op of ``kind``, the size of the sums behind each element
+    (``GraphOp.magnitude``: the same sums over absolute values) as float64, or None for an
+    output that is no sum, or a kind that declares none."""
+    op = graph_op(kind)
+    if op.magnitude is None:
+        return [None] * num_outputs
+    inputs = [_as_input(x, kind, i) for i, x in enumerate(inputs)]
+    a = check_op(kind, attrs, len(inputs), num_outputs)
+    with np.errstate(all="ignore"):
+        return [None if m is None else np.asarray(m, dtype=np.float64)
+                for m in op.magnitude(kind, a, inputs, num_outputs)]
+
+
+__all__ = ["FLOAT_DTYPES", "magnitudes", "reference", "to_dtype_values"]

@@ -15,10 +15,11 @@ from _graph_helpers import graph_of, lt, run
 from _shared import GRAPHS, require
 
 from triodnn import InvalidGraphError, ShapeInferenceError
-from triodnn.graph import Op
+from triodnn.graph import Graph, LogicalTensor, Op, to_dict
 from triodnn.graph._op_schema import check_op
 from triodnn.graph._shape_inference import infer_output_shapes
 from triodnn.testing import run_case
+from triodnn.testing._reference import magnitudes
 
 BENCHDNN = GRAPHS / "benchdnn" / "op" / "f32"
 
@@ -139,3 +140,29 @@ def test_optional_arguments_pair_as_onednn_says():
     with pytest.raises(InvalidGraphError, match="epsilon"):
         check_op("BatchNormTrainingBackward", {}, 4, 1)  # required, as in oneDNN's op_def
     assert check_op("BatchNormForwardTraining", {"epsilon": 1e-3}, 3, 5)["momentum"] == 0.5
+
+
+async def test_layer_norm_backward_gamma_gradient_is_measured_against_its_terms(engine, tmp_path):
+    """diff_gamma sums dd * x_hat over every row (3072 here): cancellation leaves some sums far
+    below their terms, and their f32 rounding was judged against the small result (3 of 128
+    elements failed the check). GraphOp.magnitude gives the sums of |dd| * |x_hat| to judge by."""
+    rows, c = (8, 384), 128
+    tensor = lambda i, s: LogicalTensor(i, "f32", s)  # noqa: E731
+    graph = Graph("cpu")
+    graph.add_op(Op(0, "LayerNormBackward", [tensor(0, (*rows, c)), tensor(1, (*rows, c)), tensor(2, rows),
+                                             tensor(3, rows), tensor(4, (c,)), tensor(5, (c,))],
+                    [tensor(6, (*rows, c)), tensor(7, (c,)), tensor(8, (c,))], {}))
+    graph.finalize()
+    path = tmp_path / "layer_norm_backward.json"
+    path.write_text(json.dumps(to_dict(graph)))
+    result = await run_case(path, engine=engine)
+    assert result.status == "PASSED", result.summary()
+    assert [check.mismatches for check in result.checks] == [0, 0, 0]
+    rng = np.random.default_rng(0)
+    x, dd = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
+    mean, var = x.mean(axis=1), x.var(axis=1)
+    diff_src, gamma, beta = magnitudes("LayerNormBackward", {}, [x, dd, mean, var, np.ones(8)], 3)
+    x_hat = (x - mean[:, None]) / np.sqrt(var[:, None] + 1e-5)
+    assert diff_src is None
+    np.testing.assert_allclose(gamma, np.abs(dd * x_hat).sum(axis=0))
+    np.testing.assert_allclose(beta, np.abs(dd).sum(axis=0))
