@@ -11,6 +11,13 @@ from __future__ import annotations
 class TriodnnError(Exception):
     """Base of every error triodnn raises on purpose."""
 
+    def __reduce__(self):
+        # Rebuilt by calling the class, as BaseException's reduce does. Stated here because
+        # tblib, which Dask installs for every exception class, rebuilds a class that has no
+        # __reduce__ of its own by ``cls.__new__(cls)``, and MemoryError's __new__ refuses
+        # OutOfMemoryError: a device out of memory in a Dask worker failed to reach the client.
+        return (type(self), self.args, self.__dict__ or None)
+
 
 class InvalidArgumentError(TriodnnError, ValueError):
     """An argument is malformed: bad dims, dtype, strides, algorithm, flags."""
