@@ -338,14 +338,7 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     tile.check()
     if not splits_k(tile, k):
         raise ValueError(f"tile {tile.name} needs K a multiple of {tile.ks * tile.bk}; K is {k}")
-    strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
-    if has_bias:
-        strides["c"] = sc[:-2]
-    strides.update({name: s[:-2] for name, s in po_strides.items()})
-    if batch:
-        offsets = index_code(batch, strides, "get_group_id(2)")
-    else:
-        offsets = " ".join(f"const ulong off_{name} = 0;" for name in strides)
+    offsets = batch_offsets(batch, sa, sb, sd, sc if has_bias else None, po_strides)
 
     a = _Operand("a", "src", "As", src_dtype, m, k, sa[-2], sa[-1], sa[:-2], tile.bm, tile)
     b = _Operand("b", "wei", "Bs", wei_dtype, n, k, sb[-1], sb[-2], sb[:-2], tile.bn, tile)
@@ -354,13 +347,9 @@ def tiled(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: Tile | 
     else:
         kpart = k // tile.ks
         a_off, b_off = f"(off_a + (ulong)kg * {kpart * sa[-1]}UL)", f"(off_b + (ulong)kg * {kpart * sb[-2]}UL)"
-    sdm, sdn, scm, scn = sd[-2], sd[-1], sc[-2], sc[-1]
-    row_strides = {"d": sdm} | ({"c": scm} if has_bias else {}) | {name: s[-2] for name, s in po_strides.items()}
-    epilogue = Epilogue(
-        dst_dtype=dst_dtype, bias_dtype=bias_dtype if has_bias else None, post_ops=post_ops,
-        col_strides={"d": sdn} | ({"c": scn} if has_bias else {}) | {name: s[-1] for name, s in po_strides.items()},
-        row_offsets=lambda row: " ".join(f"const ulong ro_{t} = {row} * {s}UL;" for t, s in row_strides.items()),
-        vec_store=dst_dtype == "f32" and sdn == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1]),
+    epilogue = matmul_epilogue(
+        dst_dtype, bias_dtype if has_bias else None, post_ops, sd, sc if has_bias else None, po_strides,
+        vec_store=dst_dtype == "f32" and sd[-1] == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sd[:-1]),
     )
     return gemm_kernel(
         name="matmul_fwd", m=m, n=n, k=k, tile=tile, a=a, b=b, offsets=offsets, a_off=a_off, b_off=b_off,
@@ -388,6 +377,52 @@ class Epilogue:
     row_offsets: Callable[[str], str]
     vec_store: bool
     vec_store_rows: bool = False
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        """The binary post-op operands' keys, in argument order."""
+        return tuple(key for key in self.col_strides if key not in ("d", "c"))
+
+    def at(self, key: str, col: str) -> str:
+        """The offset of tensor ``key``'s element in column ``col`` of the current row."""
+        return f"off_{key} + ro_{key} + ({col}) * {self.col_strides[key]}UL"
+
+    def value(self, acc: str, var: str, col: str) -> str:
+        """C statements defining float ``var``, the output of accumulator ``acc`` in column
+        ``col``: bias added, the post-op chain applied (not yet stored)."""
+        bias = f" + {_dtype_io.load(self.bias_dtype, 'bias', self.at('c', col))}" if self.bias_dtype is not None else ""
+        post = _dtype_io.apply_post_ops_scalar(self.post_ops, var, self.at("d", col),
+                                               {key: self.at(key, col) for key in self.operands}, self.dst_dtype)
+        return f"float {var} = {acc}{bias}; {post}"
+
+
+def batch_offsets(batch: tuple[int, ...], sa: tuple[int, ...], sb: tuple[int, ...], sd: tuple[int, ...],
+                  sc: tuple[int, ...] | None, po_strides: dict) -> str:
+    """C statements defining ``off_<key>`` of a batched matmul's tensors (src ``a``, weights
+    ``b``, dst ``d``, bias ``c`` unless ``sc`` is None, the post-op operands) from
+    ``get_group_id(2)``; ``s*`` are their strides aligned to dst's dims."""
+    strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
+    if sc is not None:
+        strides["c"] = sc[:-2]
+    strides.update({name: s[:-2] for name, s in po_strides.items()})
+    if batch:
+        return index_code(batch, strides, "get_group_id(2)")
+    return " ".join(f"const ulong off_{name} = 0;" for name in strides)
+
+
+def matmul_epilogue(dst_dtype: str, bias_dtype: str | None, post_ops: tuple, sd: tuple[int, ...],
+                    sc: tuple[int, ...] | None, po_strides: dict, *, vec_store: bool) -> Epilogue:
+    """The epilogue of a matmul's dst rows: every tensor's row and column strides are its two
+    last aligned strides (``sc`` None: no bias)."""
+    with_bias = {"c": sc} if sc is not None else {}
+    tensors = {"d": sd} | with_bias | po_strides
+    row_strides = {key: s[-2] for key, s in tensors.items()}
+    return Epilogue(
+        dst_dtype=dst_dtype, bias_dtype=bias_dtype, post_ops=post_ops,
+        col_strides={key: s[-1] for key, s in tensors.items()},
+        row_offsets=lambda row: " ".join(f"const ulong ro_{t} = {row} * {s}UL;" for t, s in row_strides.items()),
+        vec_store=vec_store,
+    )
 
 
 def gemm_kernel(*, name: str, m: int, n: int, k: int, tile: Tile, a: _Operand, b: _Operand, offsets: str,
@@ -421,7 +456,7 @@ def gemm_kernel(*, name: str, m: int, n: int, k: int, tile: Tile, a: _Operand, b
     # Epilogue: output (i, j) of the work-item is row ty*4 + (i/4)*4*LM + i%4, column likewise.
     ep = epilogue
     row_check, col_check = m % bm != 0, n % bn != 0
-    po_names = tuple(key for key in ep.col_strides if key not in ("d", "c"))
+    po_names = ep.operands
     has_bias = ep.bias_dtype is not None
     params = (f"{_dtype_io.param(a.dtype, 'src', const=True)}, {_dtype_io.param(b.dtype, 'wei', const=True)},"
               + (f" {_dtype_io.param(ep.bias_dtype, 'bias', const=True)}," if ep.bias_dtype is not None else "")
@@ -431,14 +466,10 @@ def gemm_kernel(*, name: str, m: int, n: int, k: int, tile: Tile, a: _Operand, b
                + _post_ops.functions(ep.post_ops, ("float",)))
     args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
 
-    def at(key: str, col: str) -> str:
-        return f"off_{key} + ro_{key} + ({col}) * {ep.col_strides[key]}UL"
+    at = ep.at
 
     def value(i: int, j: int, var: str, col: str) -> str:
-        bias = f" + {_dtype_io.load(ep.bias_dtype, 'bias', at('c', col))}" if ep.bias_dtype is not None else ""
-        post = _dtype_io.apply_post_ops_scalar(ep.post_ops, var, at("d", col),
-                                               {key: at(key, col) for key in po_names}, ep.dst_dtype)
-        return f"float {var} = c{i}_{j}{bias}; {post}"
+        return ep.value(f"c{i}_{j}", var, col)
 
     lines = []
     for ig in range(tm // 4 if ep.vec_store_rows else 0):  # four rows of a column per float4

@@ -33,7 +33,8 @@ import attrs
 from .._values._matmul_desc import MatmulDesc
 from . import _dtype_io, _post_ops
 from ._post_ops import aligned_strides, generate_scaled
-from ._spec import KernelConfig, KernelSpec, index_code
+from ._spec import KernelConfig, KernelSpec
+from .matmul_gpu import batch_offsets, matmul_epilogue
 
 # The tensor-core kernels need mma.sync with bf16 (sm_80, Ampere) and cp.async (sm_80).
 MIN_SM = 80
@@ -201,17 +202,8 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
         tile = TILES[tile] if tile in TILES else _tile(tile)
     tile.check()
 
-    strides = {"a": sa[:-2], "b": sb[:-2], "d": sd[:-2]}
-    if has_bias:
-        strides["c"] = sc[:-2]
-    strides.update({name: s[:-2] for name, s in po_strides.items()})
-    if batch:
-        offsets = index_code(batch, strides, "get_group_id(2)")
-    else:
-        offsets = " ".join(f"const ulong off_{name} = 0;" for name in strides)
+    offsets = batch_offsets(batch, sa, sb, sd, sc if has_bias else None, po_strides)
     po_names = tuple(po_strides)
-    col_strides = {"d": sd[-1]} | ({"c": sc[-1]} if has_bias else {}) | {name: s[-1] for name, s in po_strides.items()}
-    row_strides = {"d": sd[-2]} | ({"c": sc[-2]} if has_bias else {}) | {name: s[-2] for name, s in po_strides.items()}
 
     mma_type = MMA_TYPES[desc.src.dtype]
     bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
@@ -293,15 +285,9 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     row_check, col_check = m % bm != 0, n % bn != 0
     pair_store = (dst_dtype in ("f32", "f16") and sd[-1] == 1 and n % 2 == 0
                   and all(s % 2 == 0 for s in sd[:-1]) and not any(e[0] == "sum" for e in post_ops))
-
-    def at(key: str, col: str) -> str:
-        return f"off_{key} + ro_{key} + ({col}) * {col_strides[key]}UL"
-
-    def value(acc: str, var: str, col: str) -> str:
-        bias = f" + {_dtype_io.load(bias_dtype, 'bias', at('c', col))}" if bias_dtype is not None else ""
-        post = _dtype_io.apply_post_ops_scalar(post_ops, var, at("d", col), {key: at(key, col) for key in po_names},
-                                               dst_dtype)
-        return f"float {var} = {acc}{bias}; {post}"
+    epilogue = matmul_epilogue(dst_dtype, bias_dtype, post_ops, sd, sc if has_bias else None, po_strides,
+                               vec_store=False)
+    at, value = epilogue.at, epilogue.value
 
     def pair(v0: str, v1: str) -> str:
         if dst_dtype == "f32":
@@ -326,8 +312,7 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
                                 f"{_dtype_io.store(dst_dtype, 'dst', at('d', 'col'), 'v')} }}")
                         cols.append(f"if ({cc} < N) {body}" if col_check else body)
             guard = "if (row < M) " if row_check else ""
-            ro = " ".join(f"const ulong ro_{t} = row * {s}UL;" for t, s in row_strides.items())
-            lines.append(f"{{ const ulong row = row0 + {mi * 16 + half * 8}u; {guard}{{ {ro}\n        "
+            lines.append(f"{{ const ulong row = row0 + {mi * 16 + half * 8}u; {guard}{{ {epilogue.row_offsets('row')}\n        "
                          + "\n        ".join(cols) + "\n    } }")
 
     frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
