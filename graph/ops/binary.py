@@ -46,21 +46,22 @@ def _binary_schema(kind: str, algorithm: str) -> OpSchema:
                     ("src_0", "src_1"))
 
 
+def _channel_axis(a: dict, ndims: int) -> int:
+    """The channel axis of a BiasAdd's or BiasAddBackward's data: 1 for NCX, the last for NXC."""
+    return 1 if a.get("data_format", "NXC") == "NCX" else ndims - 1
+
+
 def _bias_add_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
     src, bias = shapes
     if len(src) < 2:
         raise shape_error(kind, f"src {fmt_shape(src)} needs at least 2 dims")
     if len(bias) != 1:
         raise shape_error(kind, f"bias {fmt_shape(bias)} must be 1-D")
-    channels = src[1] if a["data_format"] == "NCX" else src[-1]
+    channels = src[_channel_axis(a, len(src))]
     if UNKNOWN not in (channels, bias[0]) and bias[0] != channels:
         raise shape_error(kind, f"bias {fmt_shape(bias)} does not match the {channels} channels of src "
                                 f"{fmt_shape(src)} ({a['data_format']})")
     return src
-
-
-def _channel_axis(a: dict, ndims: int) -> int:
-    return 1 if a.get("data_format", "NXC") == "NCX" else ndims - 1
 
 
 def _bias_add_backward_shape(kind: str, a: dict, shapes: list[Shape]) -> Shape:
@@ -161,7 +162,7 @@ def _binary_reference(kind: str, a: dict, x: np.ndarray, y: np.ndarray) -> np.nd
 
 def _bias_add_reference(a: dict, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
     shape = [1] * x.ndim
-    shape[1 if a["data_format"] == "NCX" else -1] = -1
+    shape[_channel_axis(a, x.ndim)] = -1
     return x + bias.reshape(shape)
 
 
