@@ -5,6 +5,8 @@ it, and one execution of a descriptor with its dst read back."""
 from __future__ import annotations
 
 import attrs
+import numpy as np
+import pyopencl as cl
 import pytest
 
 from triodnn.kernels import KernelConfig
@@ -35,3 +37,21 @@ async def execute(engine, desc, arrays: dict, dst_init=None):
             memories[name] = engine.memory(md)
     await (await engine.stream()).execute(primitive, memories)
     return primitive, await memories["dst"].to_numpy()
+
+
+def run_spec(engine, spec, arrays: dict, out_shape, out_dtype=np.float32) -> np.ndarray:
+    """Run a KernelSpec directly on the engine's context: ``arrays`` dense buffers by argument
+    name as stored (f32, or a bf16 tensor's uint16 bits), dst read back as ``out_dtype``. The
+    tile tests run each tile so, since the primitive cache gives one kernel per descriptor."""
+    ctx = engine.cl_context
+    queue = cl.CommandQueue(ctx)
+    mf = cl.mem_flags
+    buffers = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(arrays[name]))
+               for name in spec.arg_names[:-1]]
+    out = np.empty(out_shape, out_dtype)
+    dst = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
+    program = cl.Program(ctx, spec.source).build()
+    getattr(program, spec.name)(queue, spec.global_size, spec.local_size, *buffers, dst)
+    cl.enqueue_copy(queue, out, dst)
+    queue.finish()
+    return out

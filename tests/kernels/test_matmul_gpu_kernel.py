@@ -12,9 +12,8 @@ pyopencl (the primitive cache would return one kernel per descriptor whatever th
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 import pytest
-from _gpu_matmul import GPU, execute, gpu_shaped_fixture  # noqa: F401 (the gpu_shaped fixture)
+from _gpu_matmul import GPU, execute, gpu_shaped_fixture, run_spec  # noqa: F401 (the gpu_shaped fixture)
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn.kernels import KernelConfig, _dtype_io, _post_ops, matmul, matmul_gpu
@@ -128,22 +127,6 @@ async def test_bf16_post_ops_round_like_the_reference(gpu_shaped, rng):
     ref = _post_ops.scaled_reference(desc.post_ops, matmul.reference(a, w), old_dst=old, operands={2: factor},
                                      output_scale=0.5)
     np.testing.assert_array_equal(got, _dtype_io.store_reference(ref, "bf16"))
-
-
-def run_spec(engine, spec, arrays: dict, out_shape, out_dtype=np.float32) -> np.ndarray:
-    """Run a KernelSpec directly (f32 dense buffers) on the engine's context."""
-    ctx = engine.cl_context
-    queue = cl.CommandQueue(ctx)
-    mf = cl.mem_flags
-    buffers = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(arrays[name]))
-               for name in spec.arg_names[:-1]]
-    out = np.empty(out_shape, out_dtype)
-    dst = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
-    program = cl.Program(ctx, spec.source).build()
-    getattr(program, spec.name)(queue, spec.global_size, spec.local_size, *buffers, dst)
-    cl.enqueue_copy(queue, out, dst)
-    queue.finish()
-    return out
 
 
 @pytest.mark.parametrize("tile", list(matmul_gpu.TILES))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-import pyopencl as cl
 import pytest
+from _gpu_matmul import run_spec
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn._values._dtypes import to_storage
@@ -79,24 +79,6 @@ def test_tiles_and_their_choice():
     assert SM90 != NO_TENSOR_CORES  # primitive cache keys tell the two apart
 
 
-def _run(engine, spec, arrays: dict, descs: dict, out: MemoryDesc) -> np.ndarray:
-    """Run a KernelSpec directly on the engine's context (each tile: the primitive cache would
-    give one kernel per descriptor whatever the tile)."""
-    ctx = engine.cl_context
-    queue = cl.CommandQueue(ctx)
-    mf = cl.mem_flags
-    buffers = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR,
-                         hostbuf=np.ascontiguousarray(to_storage(arrays[name], descs[name].dtype)))
-               for name in spec.arg_names[:-1]]
-    storage = np.empty(out.dims, to_storage(np.zeros(1, np.float32), out.dtype).dtype)
-    dst = cl.Buffer(ctx, mf.WRITE_ONLY, storage.nbytes)
-    program = cl.Program(ctx, spec.source).build()
-    getattr(program, spec.name)(queue, spec.global_size, spec.local_size, *buffers, dst)
-    cl.enqueue_copy(queue, storage, dst)
-    queue.finish()
-    return storage
-
-
 @pytest.mark.parametrize("tile", list(matmul_mma.TILES))
 async def test_every_tile(tensor_cores, rng, tile):
     """Each tile on a batched problem with edges in M and N, a K tail and a bias."""
@@ -104,8 +86,8 @@ async def test_every_tile(tensor_cores, rng, tile):
     desc = MatmulDesc(md(*a.shape), md(*w.shape), md(2, 150, 136, dtype="f32"), bias=md(1, 136, dtype="f32"))
     spec = matmul_mma.generate(desc, tensor_cores.kernel_config, tile=tile)
     assert spec.impl == f"ocl:gemm_mma:{tile}"
-    got = _run(tensor_cores, spec, {"src": a, "weights": w, "bias": bias},
-               {"src": desc.src, "weights": desc.weights, "bias": desc.bias}, desc.dst)
+    got = run_spec(tensor_cores, spec, {"src": to_storage(a, "bf16"), "weights": to_storage(w, "bf16"), "bias": bias},
+                   desc.dst.dims)
     np.testing.assert_array_equal(got, matmul.reference(a, w, bias))
 
 
