@@ -11,7 +11,9 @@ the first real execution is then as fast as any other.
 from __future__ import annotations
 
 import math
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -41,7 +43,9 @@ class BuildRequest:
     desc: OpDesc = attrs.field(eq=False)
     config: KernelConfig
     options: tuple[str, ...] = ()
-    binary: bytes | None = attrs.field(default=None, eq=False, repr=False)
+    # Reads the binary to load (a cached implementation's ``PrimitiveImpl.binary``); None, or a
+    # reader that gives None, builds from source.
+    binary: Callable[[], bytes | None] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -51,13 +55,58 @@ class BuiltKernel:
     spec: KernelSpec = attrs.field(eq=False)
     program: cl.Program = attrs.field(eq=False)
     kernel: cl.Kernel = attrs.field(eq=False)
-    binary: bytes = attrs.field(eq=False, repr=False)
+    device: cl.Device = attrs.field(eq=False, repr=False)
     seconds: float
+    # Loaded from a binary (counted as a load, not a build); its binary is then known.
+    loaded: bool = False
+    # The device binary, read at the first ``binary()`` and kept. PoCL answers
+    # clGetProgramInfo(BINARIES) by compiling every kernel of the program once more, for any
+    # work-group size: 27 s on top of a 14 s build for an f16 6x64 register-block matmul, about
+    # as long as the build for most kernels (half of a cold test run's compiling). Read eagerly,
+    # every cold primitive paid it; read lazily, only a second context or a cache blob does.
+    known_binary: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+    binary_lock: threading.Lock = attrs.field(factory=threading.Lock, eq=False, repr=False)
     # The addresses of the buffers ``kernel`` holds as arguments now (the stream actor skips
     # ``set_args`` when a launch passes the same ones: 1-3 µs of the 10 µs an NVIDIA enqueue
     # costs). Addresses, not buffers: holding them would keep freed buffers' memory alive; a new
     # buffer at a freed one's address is the same handle to OpenCL, so skipping is still right.
     bound: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+
+    def binary(self) -> bytes:
+        """The program's device binary (blocking: the first call may compile on PoCL)."""
+        with self.binary_lock:
+            if self.known_binary[0] is None:
+                self.known_binary[0] = program_binary(self.program, self.device)
+            return self.known_binary[0]
+
+    def binary_reader(self) -> BinaryReader:
+        """``PrimitiveImpl.binary`` for this kernel's cache entry."""
+        reader = BinaryReader()
+        reader.also_from(self)
+        return reader
+
+
+class BinaryReader:
+    """Reads a cache entry's binary from a kernel some context holds for it, None when none
+    does. Weak references: the cache entry must not keep an evicted program alive (the kernel
+    cache times program releases)."""
+
+    def __init__(self) -> None:
+        self._kernels: list[weakref.ref[BuiltKernel]] = []
+
+    def also_from(self, built: BuiltKernel) -> None:
+        """``built`` (another context's kernel of the entry) may be read from too."""
+        for ref in self._kernels:
+            if ref() is built:
+                return  # every cache hit on a context passes here: no new list then
+        self._kernels = [ref for ref in self._kernels if ref() is not None] + [weakref.ref(built)]
+
+    def __call__(self) -> bytes | None:
+        for ref in self._kernels:  # a new list on each change: safe to walk from a worker thread
+            built = ref()
+            if built is not None:
+                return built.binary()
+        return None
 
 
 class Compiler:
@@ -138,10 +187,10 @@ class Compiler:
                 reply.set_error(ClosedError("the engine closed before the build finished"))
                 raise
         else:
-            if request.binary is None:
-                self.programs_built += 1
-            else:
+            if built.loaded:
                 self.programs_loaded += 1
+            else:
+                self.programs_built += 1
             reply.set_value(built)
         finally:
             self._build_ended()
@@ -164,10 +213,11 @@ class Compiler:
                 f"kernel {spec.name!r} ({request.desc.label}) declares {needed} bytes of __local memory; "
                 f"{self.device.name.strip()} offers {offered}"
             )
-        if request.binary is None:
+        binary = None if request.binary is None else request.binary()
+        if binary is None:
             program = cl.Program(self.context, program_source(spec, request.config))
         else:
-            program = cl.Program(self.context, [self.device], [request.binary])
+            program = cl.Program(self.context, [self.device], [binary])
         try:
             program.build(options=list(request.options))
         except cl.Error as exc:
@@ -177,11 +227,11 @@ class Compiler:
             ) from None
         kernel = cl.Kernel(program, spec.name)
         # PoCL compiles the work-group function at a kernel's first launch (35-140 ms): launch
-        # one work-group now, so the first execution is as fast as any, and take the binary after.
+        # one work-group now, so the first execution is as fast as any.
         arg_descs = request.desc.arg_descs
         self._warm_up(kernel, spec.local_size, [arg_descs[name].nbytes for name in spec.arg_names])
-        binary = request.binary if request.binary is not None else program_binary(program, self.device)
-        return BuiltKernel(spec, program, kernel, binary, time.perf_counter() - started)
+        return BuiltKernel(spec, program, kernel, self.device, time.perf_counter() - started,
+                           loaded=binary is not None, known_binary=[binary])
 
     def _warm_up(self, kernel: cl.Kernel, local_size: tuple[int, ...], buffer_bytes: list[int]) -> None:
         if self._warm_queue is None:

@@ -13,7 +13,7 @@ import trio
 
 from .._values._keys import PrimitiveImpl, PrimitiveKey
 from ._allocator import DeviceAllocator
-from ._compiler import BuildRequest, BuiltKernel, Compiler
+from ._compiler import BinaryReader, BuildRequest, BuiltKernel, Compiler
 from ._health import DeviceHealth
 from ._kernel_cache import KernelCache
 
@@ -82,13 +82,17 @@ class DeviceActor:
         cache's build task owns it), keep the kernel as this context's, and return the
         context-independent implementation the cache stores."""
         built = await self.compiler.compile_here(BuildRequest(key.desc, key.config, key.build_options))
-        self.kernels.adopt(key, built)
-        return PrimitiveImpl(key, built.spec, built.binary, built.seconds)
+        kept = self.kernels.adopt(key, built)
+        return PrimitiveImpl(key, built.spec, kept.binary_reader(), built.seconds)
 
     async def kernel_for(self, impl: PrimitiveImpl) -> BuiltKernel:
         """This context's kernel of a cached implementation: kept, being loaded, or loaded now
-        from its binary (a hit made on another context of the device loads once)."""
+        from its binary (a hit made on another context of the device loads once; built from
+        source where the building context no longer holds the program)."""
         key = impl.key
-        return await self.kernels.get(
+        built = await self.kernels.get(
             key, lambda: BuildRequest(key.desc, key.config, key.build_options, binary=impl.binary)
         )
+        if isinstance(impl.binary, BinaryReader):
+            impl.binary.also_from(built)
+        return built

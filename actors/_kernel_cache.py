@@ -77,13 +77,16 @@ class KernelCache:
         except TriodnnError as exc:
             raise type(exc)(str(exc)) from exc  # a fresh exception for each waiter
 
-    def adopt(self, key, built: BuiltKernel) -> None:
-        """Keep ``built`` as this engine's resources for cache key ``key`` (the first one wins)."""
-        if key in self._resources:
+    def adopt(self, key, built: BuiltKernel) -> BuiltKernel:
+        """Keep ``built`` as this engine's resources for cache key ``key`` (the first one wins);
+        returns the one kept."""
+        kept = self._resources.get(key)
+        if kept is not None:
             self._graveyard.append(built)  # released later, see _bury_if_idle
             self._bury_if_idle()
-        else:
-            self._remember(key, built)
+            return kept
+        self._remember(key, built)
+        return built
 
     def _remember(self, key, built: BuiltKernel) -> None:
         self._resources[key] = built

@@ -23,7 +23,7 @@ import attrs
 
 from ._errors import CacheBlobError
 from ._kernel_spec import KernelConfig, KernelSpec
-from ._keys import PrimitiveImpl, PrimitiveKey
+from ._keys import PrimitiveImpl, PrimitiveKey, StoredBinary
 from ._memory_desc import MemoryDesc
 from ._op_desc import OP_KINDS
 from ._quantization import Quantization
@@ -143,19 +143,23 @@ def _key_from_json(data: dict, device, entry_name: str) -> PrimitiveKey:
 
 
 def dump(impls: list[PrimitiveImpl], device, triodnn_version: str) -> bytes:
-    """A blob of ``impls`` (all of ``device``)."""
+    """A blob of ``impls`` (all of ``device``), each with its binary; an implementation whose
+    program this process no longer holds (``PrimitiveImpl.binary`` gives None) is left out."""
     entries, binaries, offset = [], [], 0
     for impl in impls:
+        binary = impl.binary()
+        if binary is None:
+            continue
         entries.append({
             "key": _key_to_json(impl.key),
             "spec": {**attrs.asdict(impl.spec)},
             "build_seconds": impl.build_seconds,
             "offset": offset,
-            "size": len(impl.binary),
-            "blake2b": _digest(impl.binary).hex(),
+            "size": len(binary),
+            "blake2b": _digest(binary).hex(),
         })
-        binaries.append(impl.binary)
-        offset += len(impl.binary)
+        binaries.append(binary)
+        offset += len(binary)
     header = json.dumps({
         "triodnn": triodnn_version,
         "device": attrs.asdict(device),
@@ -213,7 +217,7 @@ def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
                 "local_size": tuple(spec["local_size"]),
             })
             key = _key_from_json(entry["key"], device, name)
-            impls.append(PrimitiveImpl(key, spec, bytes(binary), float(entry["build_seconds"])))
+            impls.append(PrimitiveImpl(key, spec, StoredBinary(bytes(binary)), float(entry["build_seconds"])))
         except CacheBlobError:
             raise
         except (KeyError, TypeError, ValueError) as exc:

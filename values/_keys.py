@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from ._kernel_spec import KernelConfig, KernelSpec
@@ -85,9 +87,23 @@ class PrimitiveImpl:
 
     key: PrimitiveKey
     spec: KernelSpec = attrs.field(repr=False)
-    binary: bytes = attrs.field(repr=False)
+    # Reads the device binary: bytes, or None where this process no longer holds the program
+    # (its kernel was evicted before anyone asked). A call, not bytes: PoCL compiles each kernel
+    # of a program once more to hand its binary out, so it is read only by those who need it (a
+    # second context of the device, a cache blob). Blocking; the first call may take a compile.
+    binary: Callable[[], bytes | None] = attrs.field(repr=False)
     build_seconds: float
 
     @property
     def impl(self) -> str:
         return self.spec.impl
+
+
+@attrs.frozen(eq=False)
+class StoredBinary:
+    """A binary already in hand (read from a cache blob): ``PrimitiveImpl.binary`` for it."""
+
+    data: bytes = attrs.field(repr=False)
+
+    def __call__(self) -> bytes:
+        return self.data
