@@ -283,8 +283,8 @@ def _cpu_generate(
     loads = (sdt, wdt, ddt) + ((cdt,) if has_bias else ())
     src_param = _dtype_io.param(sdt, "src", const=True)
     wei_param = _dtype_io.param(wdt, "wei", const=True)
-    source = (_dtype_io.functions(loads=loads, stores=(ddt,)) + _post_ops.functions(post_ops, ("float", "float16"))
-              + _CPU_PRELUDE + f"""#define M {m}UL
+    source = (_dtype_io.functions(loads=loads, stores=(ddt,), called_stores=True)
+              + _post_ops.functions(post_ops, ("float", "float16")) + _CPU_PRELUDE + f"""#define M {m}UL
 #define N {n}UL
 #define K {k}UL
 {staged_fn}__kernel void matmul_fwd({src_param}, {wei_param},{bias_param}{_post_ops.params(post_ops)}
