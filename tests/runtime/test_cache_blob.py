@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import struct
@@ -59,6 +60,28 @@ async def test_primitive_blob_loads_on_another_engine_without_compiling(rt):
     assert (second.statistics().programs_built, second.statistics().programs_loaded) == (0, 1)
     x = np.linspace(-4, 4, 1037, dtype=np.float32)
     tolerance.check(await run_gelu(second, loaded, x), eltwise.reference("gelu_erf", x), tolerance.eltwise("gelu_erf"))
+
+
+async def test_an_entry_whose_program_no_engine_holds_is_built_again_and_blobs_again(rt):
+    """A cache entry reads its binary from a kernel some engine holds, weakly: once the runtime
+    that built it has closed, the entry (global, it stays) has nothing to read, so another
+    engine builds it from source, and a blob of it then reads that engine's kernel."""
+    desc = EltwiseDesc("gelu_erf", MemoryDesc((1049,)))
+    async with triodnn.open_runtime() as first_runtime:
+        first = await first_runtime.engine()
+        built_first = await first.create_primitive(desc)
+        assert first.statistics().programs_built == 1
+    del built_first, first, first_runtime
+    gc.collect()
+    second = await rt.engine()
+    primitive = await second.create_primitive(desc)
+    assert (second.statistics().programs_built, second.statistics().programs_loaded) == (1, 0)
+    x = np.linspace(-4, 4, 1049, dtype=np.float32)
+    tolerance.check(await run_gelu(second, primitive, x), eltwise.reference("gelu_erf", x), tolerance.eltwise("gelu_erf"))
+    third = await rt.engine()
+    loaded = await third.create_primitive_from_cache_blob(primitive.cache_blob())
+    assert (third.statistics().programs_built, third.statistics().programs_loaded) == (0, 1)
+    tolerance.check(await run_gelu(third, loaded, x), eltwise.reference("gelu_erf", x), tolerance.eltwise("gelu_erf"))
 
 
 async def test_engine_blob_lists_the_device_entries(rt, engine):
