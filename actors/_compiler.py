@@ -105,7 +105,10 @@ class BinaryReader:
         for ref in self._kernels:  # a new list on each change: safe to walk from a worker thread
             built = ref()
             if built is not None:
-                return built.binary()
+                try:
+                    return built.binary()
+                except cl.Error:
+                    continue  # that context cannot answer any more (a lost device): the next, or a build
         return None
 
 

@@ -11,11 +11,13 @@ import sys
 import textwrap
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import triodnn
 from triodnn import BinaryDesc, CacheBlobError, EltwiseDesc, MemoryDesc
 from triodnn._values._cache_blob import FORMAT_VERSION, MAGIC, frame, unframe
+from triodnn.actors._compiler import BinaryReader
 from triodnn.kernels import eltwise, tolerance
 
 
@@ -82,6 +84,21 @@ async def test_an_entry_whose_program_no_engine_holds_is_built_again_and_blobs_a
     loaded = await third.create_primitive_from_cache_blob(primitive.cache_blob())
     assert (third.statistics().programs_built, third.statistics().programs_loaded) == (0, 1)
     tolerance.check(await run_gelu(third, loaded, x), eltwise.reference("gelu_erf", x), tolerance.eltwise("gelu_erf"))
+
+
+def test_a_kernel_whose_device_cannot_give_its_binary_reads_as_none():
+    """A context that fails clGetProgramInfo (a lost device) is skipped: the reader gives None,
+    so the next engine builds from source and a blob leaves the entry out, instead of the
+    OpenCL error reaching a requester that only wanted a cache hit."""
+
+    class LostContextKernel:
+        def binary(self) -> bytes:
+            raise cl.LogicError("clGetProgramInfo failed: INVALID_PROGRAM")
+
+    lost = LostContextKernel()
+    reader = BinaryReader()
+    reader.also_from(lost)
+    assert reader() is None
 
 
 async def test_engine_blob_lists_the_device_entries(rt, engine):
