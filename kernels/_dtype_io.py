@@ -121,7 +121,7 @@ def _load_function(dtype: str) -> str:
     return f"static inline float load_{dtype}(__global const {t}* p, const ulong off) {{ return {expr}; }}\n"
 
 
-def _store_function(dtype: str) -> str:
+def _store_function(dtype: str, linkage: str) -> str:
     t = STORAGE[dtype]
     if dtype == "f16":
         body = "vstore_half_rte(x, off, p);"
@@ -133,7 +133,7 @@ def _store_function(dtype: str) -> str:
     elif dtype == "boolean":
         body = "p[off] = x != 0.0f ? (uchar)1 : (uchar)0;"
     elif dtype in _F8:
-        return _f8_store_function(dtype)
+        return _f8_store_function(dtype, linkage)
     elif dtype in PACKED:
         lo, hi, c_lo, c_hi = _INT_RANGE[dtype]
         body = (
@@ -149,7 +149,7 @@ def _store_function(dtype: str) -> str:
             f" : (x <= {c_float(lo)} ? ({t}){c_lo}"
             f" : (x >= {c_float(hi)} ? ({t}){c_hi} : ({t})rint(x)));"
         )
-    return f"static inline void store_{dtype}(__global {t}* p, const ulong off, const float x) {{ {body} }}\n"
+    return f"{linkage} void store_{dtype}(__global {t}* p, const ulong off, const float x) {{ {body} }}\n"
 
 
 def _f8_decode(dtype: str, code: str) -> str:
@@ -193,8 +193,8 @@ def _f8_load_function(dtype: str) -> str:
             f"{_f8_decode(dtype, 'p[off]')} return v; }}\n")
 
 
-def _f8_store_function(dtype: str) -> str:
-    return (f"static inline void store_{dtype}(__global uchar* p, const ulong off, const float x) {{"
+def _f8_store_function(dtype: str, linkage: str) -> str:
+    return (f"{linkage} void store_{dtype}(__global uchar* p, const ulong off, const float x) {{"
             f"{_f8_encode(dtype)} p[off] = (uchar)code; }}\n")
 
 
@@ -203,10 +203,6 @@ def f8_round_function(dtype: str) -> str:
     Quantize -> Dequantize round trip of that type keeps), for fused kernels that never store it."""
     return (f"static inline float round_{dtype}(const float x) {{ uint stored; {{{_f8_encode(dtype)} stored = code; }}"
             f"{_f8_decode(dtype, 'stored')} return v; }}\n")
-
-
-# What a store helper is declared as when ``functions`` is asked for called stores.
-_CALLED = "static __attribute__((noinline)) void store_"
 
 
 def functions(loads: Iterable[str] = (), stores: Iterable[str] = (), *, called_stores: bool = False) -> str:
@@ -219,10 +215,11 @@ def functions(loads: Iterable[str] = (), stores: Iterable[str] = (), *, called_s
     matmul (384 stores) took 12.9 s to compile at its first launch, 0.84 s with one called copy
     (its stores are one per output element, after a K loop of hundreds of products)."""
     loads, stores = set(loads), set(stores)
-    store_functions = [_store_function(t) for t in (*DTYPES, *PACKED) if t in stores and t != "f32"]
-    if called_stores:
-        store_functions = [f.replace("static inline void store_", _CALLED, 1) for f in store_functions]
-    return "".join([_load_function(t) for t in (*DTYPES, *PACKED) if t in loads and t != "f32"] + store_functions)
+    linkage = "static __attribute__((noinline))" if called_stores else "static inline"
+    return "".join(
+        [_load_function(t) for t in (*DTYPES, *PACKED) if t in loads and t != "f32"]
+        + [_store_function(t, linkage) for t in (*DTYPES, *PACKED) if t in stores and t != "f32"]
+    )
 
 
 def load(dtype: str, pointer: str, offset: str) -> str:
