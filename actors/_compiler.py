@@ -141,9 +141,23 @@ class Compiler:
         self._build_end_listeners.append(listener)
 
     async def serve(self, nursery: trio.Nursery) -> None:
-        """Start each request sent to this compiler in ``nursery``, until ``close``."""
-        async for request, reply in self._recv:
-            nursery.start_soon(self._build, request, reply)
+        """Start each request sent to this compiler in ``nursery``, until ``close``.
+
+        Requests queued after a cancellation stopped the receive (a requester still running
+        sends before its own checkpoint) get ``ClosedError`` rather than a reply that never
+        comes, and later submissions are refused."""
+        try:
+            async for request, reply in self._recv:
+                nursery.start_soon(self._build, request, reply)
+        finally:
+            self.close()
+            while True:
+                try:
+                    _request, reply = self._recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                reply.set_error(ClosedError("the engine closed before the build started"))
+            self._recv.close()
 
     def close(self) -> None:
         self.closed = True

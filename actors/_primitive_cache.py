@@ -335,14 +335,36 @@ class CacheActor(Generic[V, S]):
         self.closed = False
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as builds:
-            task_status.started(self)
-            async for flight, build in self._recv:
-                builds.start_soon(self._build, flight, build)
+        try:
+            async with trio.open_nursery() as builds:
+                task_status.started(self)
+                async for flight, build in self._recv:
+                    builds.start_soon(self._build, flight, build)
+        finally:
+            self._abandon_queued()
 
     def close(self) -> None:
         self.closed = True
         self._send.close()
+
+    def _abandon_queued(self) -> None:
+        """Refuse further requests and abandon the queued ones this actor will never start.
+
+        A cancellation aborts this actor's receive at once, but a requester that is running
+        reaches its own checkpoint later, so a build it queues in between is never received.
+        Left alone it stays in flight, and every requester of its key, from any trio run, joins
+        it and waits forever (a timed-out thread on an H200 left one behind). Abandoned, its
+        waiters look the key up again: one of another runtime builds it; this runtime's get
+        ``ClosedError``.
+        """
+        self.close()
+        while True:
+            try:
+                flight, _build = self._recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self.cache.complete(flight, error=_Abandoned())
+        self._recv.close()
 
     async def get(self, key: Hashable, build: Callable[[], Awaitable[V]]) -> tuple[V, str]:
         """The cached value for ``key`` and how it was found: ``cache_hit``, ``cache_miss`` or

@@ -29,7 +29,7 @@ from _faulty_kinds import BrokenDesc, RaisingDesc
 
 import triodnn
 from triodnn import EltwiseDesc, MemoryDesc
-from triodnn.actors import CacheActor, PrimitiveCache, capacity_from_env
+from triodnn.actors import CacheActor, Compiler, PrimitiveCache, ReplySlot, capacity_from_env
 from triodnn.kernels import KernelSpec, c_float, eltwise, tolerance
 
 ENV_VARS = (
@@ -508,6 +508,62 @@ async def test_builds_count_builds_started_which_a_miss_may_not_start():
         await actor.get("other", build)
     s = cache.statistics()
     assert (s.hits, s.misses, s.builds, s.failed_builds, s.in_flight_builds) == (1, 2, 1, 0, 0)
+
+
+async def test_a_request_queued_as_the_actor_is_cancelled_is_abandoned_not_left_in_flight():
+    """A cancellation reaches the actor's receive at once, but a requester that is running
+    reaches its own checkpoint later: a request it queues in between was never received. It must
+    not stay a build in flight that every later requester of the key, from any run, joins and
+    waits on forever (seen on an H200: a timed-out thread left ``in_flight_builds`` at 1)."""
+    cache: PrimitiveCache = PrimitiveCache(8)
+    actor: CacheActor = CacheActor(cache)
+    outcomes: list[str] = []
+
+    async def build():
+        return "value"
+
+    async def requester():
+        try:
+            await actor.get("k", build)
+        except triodnn.ClosedError:
+            outcomes.append("closed")
+        else:
+            outcomes.append("built")
+
+    async with trio.open_nursery() as outer:
+        with trio.CancelScope() as serving:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.serve)
+                serving.cancel()         # the actor's receive is aborted here, synchronously
+                outer.start_soon(requester)
+                # The requester queues "k" before the actor task runs again and exits.
+    assert outcomes == ["closed"]
+    s = cache.statistics()
+    assert (s.in_flight_builds, s.size, s.failed_builds) == (0, 0, 0)
+    # Another run's requester of the key is not left waiting on the abandoned request.
+    other = CacheActor(cache)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(other.serve)
+        assert await other.get("k", build) == ("value", "cache_miss")
+        other.close()
+
+
+async def test_a_build_request_queued_as_the_compiler_is_cancelled_gets_closed_error(engine):
+    """The compiler's channel has the same window: a request queued after a cancellation
+    stopped the receive gets ``ClosedError``, not a reply slot no one will fill."""
+    compiler = Compiler(engine.cl_device, engine.cl_context, None)
+    reply = ReplySlot()
+    with trio.CancelScope() as serving:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(compiler.serve, nursery)
+            await trio.testing.wait_all_tasks_blocked()
+            serving.cancel()
+            compiler.submit(None, reply)  # queued; the compiler never receives it
+    assert reply.filled
+    with pytest.raises(triodnn.ClosedError, match="closed before the build started"):
+        await reply.get()
+    with pytest.raises(triodnn.ClosedError, match="the engine is closed"):
+        compiler.submit(None, ReplySlot())
 
 
 # -- 8. a failed build --------------------------------------------------------------------------------
