@@ -10,6 +10,7 @@ from ._allocator import SvmBuffer as SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._compiler import BuildRequest, BuiltKernel, Compiler
 from ._completion import CompletionActor
+from ._context_pool import ContextPool, ContextPoolStatistics, context_pool
 from ._device import DeviceActor
 from ._devices import (
     CPU_RUNTIME_ORDER,
@@ -57,9 +58,12 @@ __all__ = [
     "CacheStatistics",
     "Command",
     "CompiledPartitionCacheStatistics",
+    "ContextPool",
+    "ContextPoolStatistics",
     "PrimitiveCache",
     "PrimitiveCacheStatistics",
     "capacity_from_env",
+    "context_pool",
     "global_compiled_partition_cache",
     "global_primitive_cache",
     "CompletionActor",

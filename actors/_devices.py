@@ -11,6 +11,7 @@ import attrs
 import pyopencl as cl
 
 from .._values._errors import UnusableDeviceWarning
+from ._context_pool import context_pool
 from ._icd import pip_driver_problems, register_pip_drivers
 
 # Before any OpenCL call of the process: the ICD loader reads its list of drivers once, and
@@ -252,19 +253,21 @@ _probe_builds = 0
 def build_probe(device: cl.Device) -> DeviceProbe:
     global _probe_builds
     _probe_builds += 1
-    # A context of its own: the engine's holds nothing of the probe.
-    context = cl.Context([device])
+    # The probe's program goes with this function; its context, where the device works, goes to
+    # the pool, so the first engine does not pay a fresh context's first build again.
+    context = context_pool().open_context(device)
     program = cl.Program(context, _FLOAT16_CALL_PROBE)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pyopencl's CompilerWarning: the log is the answer
             program.build(devices=[device])
         log = program.get_build_info(device, cl.program_build_info.LOG) or ""
-        return DeviceProbe(True, splits_float16_calls="changes the ABI" in log)
     except cl.Error as exc:
         return DeviceProbe(False, reason=unusable_reason(str(exc)))
     finally:
-        del program, context
+        del program
+    context_pool().keep(device, context)
+    return DeviceProbe(True, splits_float16_calls="changes the ABI" in log)
 
 
 def unusable_reason(message: str) -> str:

@@ -35,6 +35,7 @@ from .actors import (
     StreamActor,
     UnusableDevice,
     choose_out_of_order_strategy,
+    context_pool,
     describe_device,
     device_kind,
     float16_calls_split,
@@ -163,6 +164,8 @@ class _RuntimeActors:
         self.engines: list[tuple[DeviceActor, trio.Event]] = []
         # Holders of kept scratch buffers (``graph._replay.Replay``), released at shutdown.
         self.scratch_owners: weakref.WeakSet = weakref.WeakSet()
+        # Engines whose context goes back to the context pool when the runtime has stopped.
+        self.lent_contexts: list[DeviceActor] = []
 
     async def start(self, actor, registry: list) -> None:
         """Start ``actor`` serving in the nursery; ``registry`` (one of the lists above) says
@@ -193,6 +196,13 @@ class _RuntimeActors:
                 for owner in list(self.scratch_owners):
                     owner.release_scratch()
         global_compiled_partition_cache().discard_if(lambda key, compiled: _compiled_by(compiled, runtime))
+        # Only now: a compiled partition's key names its engine's context, so another runtime
+        # given the context before the discard above could have found this runtime's entries.
+        # A context found lost stays out.
+        for actor in self.lent_contexts:
+            if actor.health.lost is None:
+                context_pool().keep(actor.device, actor.context)
+        self.lent_contexts.clear()
         self.completion_scope.cancel()
 
 
@@ -252,23 +262,27 @@ class Runtime:
         impls, split = _read_blob(cache_blob, record.device) if cache_blob is not None else (None, None)
         # Creating a context can take a driver's whole initialisation (CUDA's, on NVIDIA): keep
         # it off the trio thread.
+        # A CPU device's context may be one a closed runtime left idle (``ContextPool``).
         try:
-            context = await trio.to_thread.run_sync(cl.Context, [record.device])
+            context = await trio.to_thread.run_sync(context_pool().open_context, record.device)
         except cl.Error as exc:
             raise _context_failed(f"{kind}:{record.index}", exc) from exc
-        engine = await self.open_engine(record.device, context, kind, record.index, split=split)
+        engine = await self.open_engine(record.device, context, kind, record.index, split=split,
+                                        lend_back=True)
         if impls is not None:
             await engine.load_primitive_impls(impls)
         return engine
 
     async def open_engine(
         self, device: cl.Device, context: cl.Context, kind: str, index: int, *, allocator=None,
-        split: bool | None = None,
+        split: bool | None = None, lend_back: bool = False,
     ) -> Engine:
         """An engine ``kind:index`` on ``device`` in ``context`` (``engine`` makes the context;
         ``ocl_interop.make_engine`` passes the caller's, with its ``allocator``): its device
         actor started and its host stream open. ``split``: the device's float16 call answer, when
-        a cache blob gave it (else probed for CPU devices)."""
+        a cache blob gave it (else probed for CPU devices). ``lend_back``: the context is
+        triodnn's own, offered to the context pool once the runtime has stopped (a caller's
+        context stays the caller's)."""
         self._check_open()
         self.check_thread(f"engine {kind}:{index}", "opened")
         facts = describe_device(device)
@@ -285,6 +299,8 @@ class Runtime:
         )
         actor = DeviceActor(device, context, resource_capacity=_resource_capacity, allocator=allocator)
         await self._actors.start(actor, self._actors.engines)
+        if lend_back:
+            self._actors.lent_contexts.append(actor)
         engine = Engine(kind, index, info, actor=actor, runtime=self, out_of_order_strategy=strategy)
         engine.attach_host_stream(await self.open_stream(engine, StreamFlags.in_order))
         return engine
