@@ -11,6 +11,10 @@ demand (cold processes: that cost, beside the compile it once added to). The fir
 checked against numpy's float64 reference. Cold and warm processes alternate; medians
 of R. The blob is written first by one more process that compiles the graph.
 
+A third kind of process, "cold, no idle context", is a cold one with ``TRIODNN_IDLE_CONTEXTS=0``:
+the device probe's context is released instead of kept for the engine, as before the context
+pool, so the engine's first build loads PoCL's built-in library into a new LLVM context again.
+
     python benchmarks/bench_cold_start.py [--engine cpu:0] [--case mlp] [--reps 5]
 """
 
@@ -82,6 +86,8 @@ def extra_args(parser) -> None:
 
 def child(mode: str, case: str, args, path: str) -> dict:
     env = dict(os.environ, POCL_KERNEL_CACHE="0")
+    if mode == "cold, no idle context":
+        mode, env["TRIODNN_IDLE_CONTEXTS"] = "cold", "0"
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_graph.py")
     done = subprocess.run([sys.executable, "-c", CHILD, here, mode, case, args.engine_kind, str(args.engine_index),
                            path], capture_output=True, text=True, env=env, timeout=600)
@@ -101,9 +107,9 @@ def main() -> None:
         for case in args.case or ["mlp", "sdpa"]:
             path = os.path.join(tmp, f"{case}.blob")
             child("save", case, args, path)
-            samples: dict[str, list[dict]] = {"cold": [], "warm": []}
+            samples: dict[str, list[dict]] = {"cold": [], "cold, no idle context": [], "warm": []}
             for rep in range(reps):
-                for mode in common.rotated(["cold", "warm"], rep):
+                for mode in common.rotated(list(samples), rep):
                     samples[mode].append(child(mode, case, args, path))
             for mode, runs in samples.items():
                 medians = {p: common.median([r[p] for r in runs]) * 1e3 for p in PARTS}
