@@ -11,6 +11,7 @@ from . import (
     convolution,
     convolution_bwd_weights,
     deconvolution,
+    dequantizing_matmul,  # int4/int8 weights dequantized in the matmul
     dropout,  # Dropout with oneDNN's Philox mask
     dynamic_quantize,
     eltwise,
@@ -72,6 +73,7 @@ __all__ = [
     "program_source",
     "quantize",
     "quantized_matmul",  # int8 matmul
+    "dequantizing_matmul",  # int4/int8 weights dequantized in the matmul
     "reduction",
     "reorder",
     "resampling",

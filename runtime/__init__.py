@@ -37,6 +37,7 @@ from ._values import (
     ConvolutionDesc,
     DeconvolutionDesc,
     DependencyError,
+    DequantizingMatmulDesc,  # int4/int8 weights dequantized in the matmul
     DeviceIdentity,
     DeviceInfo,
     DeviceLostError,
@@ -118,6 +119,7 @@ __all__ = [
     "PreluDesc",
     "QuantizeDesc",
     "QuantizedMatmulDesc",  # int8 matmul
+    "DequantizingMatmulDesc",  # int4/int8 weights dequantized in the matmul
     "DynamicQuantizeDesc",
     "RMSNormDesc",
     "ArgumentMismatchError",

@@ -9,6 +9,7 @@ from ._concat_desc import ConcatDesc as ConcatDesc
 from ._convolution_bwd_weights_desc import ConvolutionBackwardWeightsDesc as ConvolutionBackwardWeightsDesc
 from ._convolution_desc import ConvolutionDesc as ConvolutionDesc
 from ._deconvolution_desc import DeconvolutionDesc as DeconvolutionDesc
+from ._dequantizing_matmul_desc import DequantizingMatmulDesc as DequantizingMatmulDesc  # int4/int8 weights
 from ._dropout_desc import DropoutDesc as DropoutDesc  # Dropout with oneDNN's Philox mask
 from ._dynamic_quantize_desc import DynamicQuantizeDesc as DynamicQuantizeDesc
 from ._eltwise_bwd_desc import EltwiseBackwardDesc as EltwiseBackwardDesc

@@ -231,6 +231,18 @@ def quantized_matmul():
             bias=md(1, n), src_scale=0.01, src_zp=3, wei_scales=[0.02], wei_zps=[1], post_ops=(("eltwise", "relu"),))
 
 
+def dequantizing_matmul():
+    for (m, k, n), wdt, group, zps, deq in itertools.product(
+            ((1, 64, 64), (3, 32, 24), (5, 128, 96)), ("u4", "s4", "u8", "s8"), ((1, 32), (8, 1), (4, 8)),
+            (False, True), ("f32", "f16")):
+        if k % group[0] or n % group[1]:
+            continue
+        placed = (k // group[0], n // group[1])
+        yield triodnn.DequantizingMatmulDesc(
+            md(m, k, dtype="f16"), md(k, n, dtype=wdt), md(*placed, dtype="f16"), md(m, n), group,
+            md(*placed, dtype="u8") if zps else None, dequantized=deq)
+
+
 CONV_SHAPES = [  # (N, IC, spatial, OC, kernel, groups, strides, padding)
     (2, 4, (9, 9), 6, (3, 3), 1, (1, 1), (1, 1)),
     (1, 8, (20, 20), 16, (3, 3), 1, (1, 1), (1, 1)),
@@ -323,6 +335,7 @@ GRIDS = {
     triodnn.ResamplingBackwardDesc: resampling_backward,
     triodnn.MatmulDesc: matmul,
     triodnn.QuantizedMatmulDesc: quantized_matmul,
+    triodnn.DequantizingMatmulDesc: dequantizing_matmul,
     triodnn.ConvolutionDesc: convolution,
     triodnn.ConvolutionBackwardWeightsDesc: convolution_backward_weights,
     triodnn.DeconvolutionDesc: deconvolution,

@@ -185,6 +185,17 @@ CASES: list[tuple[str, str, object]] = [
         md(5, 24, dtype="u8"), md(24, 7, dtype="s8"), bias=md(1, 7), src_scale=0.01, src_zp=3, wei_scales=[0.02])),
     ("ocl:intN:tiled:NxN:lNxN", "gpu", triodnn.QuantizedMatmulDesc(
         md(512, 32, dtype="u8"), md(32, 512, dtype="s8"), src_scale=0.01, src_zp=3, wei_scales=[0.02], wei_zps=[1])),
+    # weights-decompression matmul: one element per work-item (N not in blocks), and the CPU's
+    # blocks of 4-bit and of 8-bit weights
+    ("ocl:dequantizing:lN", "cpu", triodnn.DequantizingMatmulDesc(
+        md(3, 32, dtype="f16"), md(32, 24, dtype="s4"), md(4, 3, dtype="bf16"), md(3, 24, dtype="f16"), (8, 8),
+        md(4, 3, dtype="s8"), dequantized="bf16", post_ops=RELU)),
+    ("ocl:dequantizing:nibbles:NxN:lNxN", "cpu", triodnn.DequantizingMatmulDesc(
+        md(2, 64), md(64, 64, dtype="u4"), md(64, 2, dtype="f16"), md(2, 64), (1, 32), md(64, 2, dtype="u8"),
+        dequantized="f16")),
+    ("ocl:dequantizing:bytes:NxN:lNxN", "cpu", triodnn.DequantizingMatmulDesc(
+        md(3, 32, dtype="bf16"), md(32, 64, dtype="s8"), md(8, 1, dtype="f32"), md(3, 64, dtype="bf16"), (4, 64),
+        post_ops=RELU)),
     # convolution: per-position (CPU and GPU, channels fastest on GPUs in NHWC), row vectors on the
     # CPU, 1x1 as the CPU's matmul (its four variants), implicit GEMM on GPUs (K taps-major "ck"
     # or channels-major "kc"), and the AVX2-shaped blocked kernels
