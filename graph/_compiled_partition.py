@@ -33,6 +33,7 @@ from ._replay import Replay, allocate_temporaries
 from ._sdpa_backward_pattern import find_sdpa_backward, lower_sdpa_backward  # fused SDPA backward
 from ._sdpa_pattern import find_sdpa
 from ._tensor import Tensor
+from ._weights_decompression import find_dequantizing_matmuls, lower_dequantizing_matmul  # int4/int8 weights
 
 if TYPE_CHECKING:
     # Annotations only: a partition compiles into this module's CompiledPartition.
@@ -535,6 +536,9 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
     int8_conv = find_int8_convolutions(rest, output_ids, chains) if fuse else {}
     absorbed |= {op_id for match in int8_conv.values() for op_id in match.absorbed}
+    # Weights decompression: DynamicDequantize(weights) -> MatMul (+ chain) as one primitive.
+    decompressed = find_dequantizing_matmuls(rest, output_ids, engine.kernel_config) if fuse else {}
+    absorbed |= {op_id for match in decompressed.values() for op_id in match.absorbed}
     for op in shaped_ops:
         if op.id in backward:
             lower_sdpa_backward(builder, op, backward[op.id])
@@ -546,6 +550,8 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
             lower_int8_matmul(builder, op, int8[op.id], chains.get(op.id))
         elif op.id in int8_conv:
             lower_int8_convolution(builder, op, int8_conv[op.id], chains.get(op.id))
+        elif op.id in decompressed:
+            lower_dequantizing_matmul(builder, op, decompressed[op.id], chains.get(op.id))
         elif op.id not in absorbed:
             builder.lower(op, chains.get(op.id))
     plan = builder.plan
