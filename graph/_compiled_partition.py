@@ -518,7 +518,6 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     if any(lt.is_empty for op in shaped_ops for lt in (*op.inputs, *op.outputs)):
         ids = [lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)]
         shaped_ops, constants = _without_empty_work(shaped_ops, max(ids, default=0) + 1)
-    builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs)
     output_ids = {lt.id for lt in outputs}
     # Lowered where its last op was: every input (V, the mask) exists by then.
     attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)
@@ -534,11 +533,14 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     # Int8 matmul fusion: Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
     int8 = find_int8_matmuls(rest, output_ids, chains, engine.kernel_config) if fuse else {}
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
-    int8_conv = find_int8_convolutions(rest, output_ids, chains) if fuse else {}
+    ids = [lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)] + [lt.id for lt, _ in constants]
+    int8_conv = find_int8_convolutions(rest, output_ids, chains, next_id=max(ids, default=0) + 1) if fuse else {}
     absorbed |= {op_id for match in int8_conv.values() for op_id in match.absorbed}
+    constants += [c for c in (match.constant() for match in int8_conv.values()) if c is not None]
     # Weights decompression: DynamicDequantize(weights) -> MatMul (+ chain) as one primitive.
     decompressed = find_dequantizing_matmuls(rest, output_ids, engine.kernel_config) if fuse else {}
     absorbed |= {op_id for match in decompressed.values() for op_id in match.absorbed}
+    builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs)
     for op in shaped_ops:
         if op.id in backward:
             lower_sdpa_backward(builder, op, backward[op.id])

@@ -7,7 +7,10 @@ convolution's checks): each of its two first inputs is a Dequantize's f32 output
 tensor, per tensor, read by nothing else and not a partition output (no TypeCast: the kernel
 does not round the dequantized values to bf16); an optional bias; the post-op chain
 ``_fusion.find_chains`` found; an optional per-tensor Quantize to s8/u8 of the chain's last
-tensor, its only reader. Per-channel weight scales keep the ops one by one.
+tensor, its only reader. Weights dequantized per output channel (one zero point for all) fuse
+too: the kernel scales by the src scale alone and the channel scales follow as the chain's first
+post-op, a multiply by a hidden constant, with a bias moved after it (the bias must be f32 then,
+as post-op operands are), so the order is oneDNN's: sum x scales, + bias, post-ops, quantize.
 
 The kernel sums the zero-point-shifted integers exactly in f32 (below 2^24) and multiplies by the
 two scales once: op by op, each dequantized input is rounded to f32 first, so the two differ by
@@ -17,11 +20,12 @@ f32 roundings only.
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
 from .._values._quantization import Quantization
 from ._fusion import Chain
 from ._int8_matmul import _dequantized, _zps, _zps_fit
-from ._logical_tensor import known_shape
+from ._logical_tensor import LogicalTensor, known_shape
 from ._lowering import Builder
 from ._op import Op, producers_and_consumers
 from .ops.convolution import lower_convolution
@@ -33,6 +37,14 @@ class Int8ConvMatch:
     wei_deq: Op
     quantize: Op | None
     absorbed: frozenset[int]
+    # Per-channel weights: the hidden f32 constant of the channel scales (shape (OC,)).
+    channel_scales: LogicalTensor | None = None
+
+    def constant(self) -> tuple[LogicalTensor, np.ndarray] | None:
+        """The hidden constant this match reads (its channel scales), if any."""
+        if self.channel_scales is None:
+            return None
+        return self.channel_scales, np.asarray(self.wei_deq.attrs["scales"], np.float32)
 
 
 def _static(op: Op) -> Quantization:
@@ -46,10 +58,24 @@ def _per_tensor(op: Op) -> bool:
         and len(_zps(op)) <= 1
 
 
-def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int, Chain]) -> dict[int, Int8ConvMatch]:
+def _per_output_channel(op: Op, conv: Op) -> bool:
+    """Weights dequantized per channel along the convolution's output channels, one zero point
+    for all, and a bias (if any) of f32 (it becomes a post-op operand)."""
+    a = op.attrs
+    rank = len(known_shape(op.inputs[0]))
+    oc_axis = 0 if conv.attrs.get("weights_format", "XIO") == "OIX" else rank - 1
+    scales, zps = a.get("scales", ()), _zps(op)
+    return a.get("qtype") == "per_channel" and int(a.get("axis", 1)) % rank == oc_axis \
+        and len(scales) == known_shape(op.inputs[0])[oc_axis] and len(set(zps)) <= 1 \
+        and (len(conv.inputs) < 3 or conv.inputs[2].dtype == "f32")
+
+
+def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int, Chain],
+                           next_id: int = 0) -> dict[int, Int8ConvMatch]:
     """``{Convolution op id: Int8ConvMatch}`` for the partition's ``ops`` and their post-op
     ``chains``. Always where it matches: the kernel reads one byte where op by op a Dequantize
-    wrote and the convolution read four."""
+    wrote and the convolution read four. Per-channel matches take hidden constant ids from
+    ``next_id`` on (``Int8ConvMatch.constant``)."""
     producer, consumers = producers_and_consumers(ops)
     matches: dict[int, Int8ConvMatch] = {}
     for op in ops:
@@ -59,7 +85,8 @@ def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int
         if any(f is None or f[1] for f in found):  # no match, or a TypeCast in between
             continue
         (src_deq, _), (wei_deq, _) = found  # type: ignore[misc]
-        if not (_per_tensor(src_deq) and _per_tensor(wei_deq)):
+        per_channel = _per_tensor(src_deq) and not _per_tensor(wei_deq) and _per_output_channel(wei_deq, op)
+        if not (_per_tensor(src_deq) and (_per_tensor(wei_deq) or per_channel)):
             continue
         if not (_zps_fit(src_deq, src_deq.inputs[0].dtype) and _zps_fit(wei_deq, wei_deq.inputs[0].dtype)):
             continue
@@ -77,7 +104,11 @@ def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int
                 and known_shape(readers[0].outputs[0]) == known_shape(last):
             quantize = readers[0]
         taken = {src_deq.id, wei_deq.id} | ({quantize.id} if quantize is not None else set())
-        matches[op.id] = Int8ConvMatch(src_deq, wei_deq, quantize, frozenset(taken))
+        scales = None
+        if per_channel:
+            scales = LogicalTensor(next_id, "f32", [len(wei_deq.attrs["scales"])], layout_type="strided")
+            next_id += 1
+        matches[op.id] = Int8ConvMatch(src_deq, wei_deq, quantize, frozenset(taken), scales)
     return matches
 
 
@@ -87,7 +118,20 @@ def lower_int8_convolution(b: Builder, op: Op, match: Int8ConvMatch, chain: Chai
     chain's."""
     b.views[op.inputs[0].id] = b.view(match.src_deq.inputs[0])
     b.views[op.inputs[1].id] = b.view(match.wei_deq.inputs[0])
-    options = dict(src_quant=_static(match.src_deq), weights_quant=_static(match.wei_deq),
+    weights_quant = _static(match.wei_deq)
+    if match.channel_scales is not None:
+        # Scaled by the src scale in the kernel, then by each channel's as the first post-op;
+        # the bias follows it, so it leaves the convolution for the chain.
+        weights_quant = attrs.evolve(weights_quant, scale=1.0)
+        fmt = op.attrs.get("data_format", "NXC")
+        entries: tuple = (("binary", "mul", match.channel_scales, fmt),)
+        if len(op.inputs) > 2:
+            entries += (("binary", "add", op.inputs[2], fmt),)
+            op = Op(op.id, op.kind, list(op.inputs[:2]), list(op.outputs), dict(op.attrs), op.name)
+        chain = Chain(entries + (chain.entries if chain is not None else ()),
+                      chain.final if chain is not None else op.outputs[0],
+                      chain.absorbed if chain is not None else frozenset())
+    options = dict(src_quant=_static(match.src_deq), weights_quant=weights_quant,
                    dst_quant=_static(match.quantize) if match.quantize is not None else None)
     b.lower(op, chain, lowering=lambda b, op: lower_convolution(b, op, **options),
             final=match.quantize.outputs[0] if match.quantize is not None else None)
