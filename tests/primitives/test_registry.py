@@ -66,6 +66,9 @@ CASES = {
     "quantized_matmul": triodnn.QuantizedMatmulDesc(md(2, 5, 24, dtype="u8"), md(24, 7, dtype="s8"), bias=md(1, 7),
                                                     src_scale=0.01, src_zp=3, wei_scales=[0.02 * (i + 1) for i in range(7)],
                                                     wei_zps=[1], post_ops=(("eltwise", "relu"),)),
+    # weights decompression: 8-bit weights in groups of 4 x 32 (the 4-bit ones: test_dequantizing_matmul.py)
+    "dequantizing_matmul": triodnn.DequantizingMatmulDesc(md(3, 32), md(32, 64, dtype="s8"), md(8, 2), md(3, 64),
+                                                          (4, 32), post_ops=(("eltwise", "relu"),)),
     # fused SDPA backward
     "sdpa_backward": triodnn.SdpaBackwardDesc("dq", md(1, 2, 8, 4), md(1, 2, 12, 4), md(1, 2, 12, 4), md(1, 2, 8, 4),
                                               md(1, 2, 8, 4), md(1, 2, 8, 1)),
