@@ -64,7 +64,7 @@ def find_dequantizing_matmuls(ops: list[Op], output_ids: set[int], config: Kerne
             continue
         dims = known_shape(packed)
         group = quantization_groups(deq.kind, deq.attrs, dims, known_shape(scales))
-        if not fusion_pays(dims[1], group[1], config):
+        if not fusion_pays(dims[1], (group[0], group[1]), config):
             continue
         matches[op.id] = DecompressionMatch(deq, (group[0], group[1]), frozenset({deq.id}))
     return matches

@@ -83,40 +83,65 @@ def generate(desc: DequantizingMatmulDesc, config: KernelConfig) -> KernelSpec:
 # K = 4096, N = 14336, u4 in groups of 1 x 128, f16 scales, u8 zero points, dequantized to f16:
 # the one-element-per-work-item kernel 845-999 ms against 590-892 ms op by op (DynamicDequantize
 # to f16, then the f16 register-block matmul); this kernel 77-83 ms (3 runs each, a scratch script
-# timing both in turns). The whole int4 gated MLP: BENCHMARKS.md, section 19.
+# timing both in turns). With one scale and zero point per column in groups of 128 along K (two
+# vectors of 16 loaded per group): 93-120 ms against 946-1158 ms op by op, the same script. The
+# whole int4 gated MLP: BENCHMARKS.md, section 19.
 CPU_TN = 32
 
 
 def _blocks_fit(desc: DequantizingMatmulDesc) -> bool:
-    """Whether the CPU blocks apply: weights dense along N, N and the N group multiples of the
-    block, so every block's weights of one k are one aligned-enough vector and share a scale."""
+    """Whether the CPU blocks apply: weights dense along N, N a multiple of the block, so every
+    block's weights of one k are one aligned-enough vector; groups along N that are multiples of
+    the block (one scale a block) or single columns (a vector of scales a block)."""
     n, gn = desc.dst.dims[1], desc.group_shape[1]
-    return desc.weights.strides[1] == 1 and n % CPU_TN == 0 and gn % CPU_TN == 0 \
+    return desc.weights.strides[1] == 1 and n % CPU_TN == 0 and (gn % CPU_TN == 0 or gn == 1) \
         and desc.weights.strides[0] % 2 == 0
 
 
-def fusion_pays(n: int, group_n: int, config: KernelConfig) -> bool:
+def fusion_pays(n: int, group: tuple[int, int], config: KernelConfig) -> bool:
     """Whether DynamicDequantize -> MatMul should run as this kind for N columns in groups of
-    ``group_n`` along N: where the CPU's blocks apply (measured 9x op by op); not on a GPU
-    configuration, where neither kernel has been measured against the ops one by one."""
-    return config.vector_width >= 16 and n % CPU_TN == 0 and group_n % CPU_TN == 0
+    ``group`` (along K, along N): where the CPU's blocks apply (measured 9x op by op with one
+    scale a block; a vector of scales a block, per column, loaded once per group of at least 32
+    k); not on a GPU configuration, where neither kernel has been measured against the ops one
+    by one."""
+    gk, gn = group
+    return config.vector_width >= 16 and n % CPU_TN == 0 and (gn % CPU_TN == 0 or (gn == 1 and gk >= CPU_TN))
 
 
 def _cpu_generate(desc: DequantizingMatmulDesc, head: str, params: str, epilogue: str, od: str) -> KernelSpec:
     (m, k), n = desc.src.dims, desc.dst.dims[1]
     gk, gn = desc.group_shape
-    sa, sw, ss = desc.src.strides, desc.weights.strides, desc.scales.strides
+    sa, sw = desc.src.strides, desc.weights.strides
     packed = desc.weights.dtype in _dtype_io.PACKED
     signed = desc.weights.dtype in ("s4", "s8")
     vec = "char16" if desc.weights.dtype == "s8" else "uchar16"
-    scale = _dtype_io.load(desc.scales.dtype, "scales", f"kg * {ss[0]}UL + (n0 / {gn}UL) * {ss[1]}UL")
-    zp = "0.0f"
-    if desc.zps is not None:
-        sz = desc.zps.strides
-        zp = _dtype_io.load(desc.zps.dtype, "zps", f"kg * {sz[0]}UL + (n0 / {gn}UL) * {sz[1]}UL")
+    def column(h: int, j: int) -> str:
+        """Column of lane ``j`` of half ``h``: 4-bit halves are the even and the odd columns."""
+        return f"n0 + {2 * j + h}UL" if packed else f"n0 + {16 * h + j}UL"
 
-    def dequantized(values: str) -> str:
-        return _quantized_io.rounded(desc.dequantized, f"({values} - (float16)(z)) * (float16)(s)", vector=True)
+    def group_values(name: str, md, h: int | None) -> str:
+        """This k group's scale or zero point: one for the block (``h`` None) or a vector of one
+        per column of half ``h`` (groups of one column along N)."""
+        st = md.strides
+        if h is None:
+            return _dtype_io.load(md.dtype, name, f"kg * {st[0]}UL + (n0 / {gn}UL) * {st[1]}UL")
+        return "(float16)(" + ", ".join(
+            _dtype_io.load(md.dtype, name, f"kg * {st[0]}UL + ({column(h, j)}) * {st[1]}UL") for j in range(16)) + ")"
+
+    if gn % CPU_TN == 0:
+        per_group = (f"const float s = {group_values('scales', desc.scales, None)};"
+                     f" const float z = {group_values('zps', desc.zps, None) if desc.zps is not None else '0.0f'};")
+        scale_of = zp_of = None
+    else:  # one scale (and zero point) per column: two vectors of 16 per k group
+        per_group = " ".join(f"const float16 s{h} = {group_values('scales', desc.scales, h)};" for h in range(2))
+        if desc.zps is not None:
+            per_group += " " + " ".join(f"const float16 z{h} = {group_values('zps', desc.zps, h)};" for h in range(2))
+        scale_of, zp_of = "s", ("z" if desc.zps is not None else None)
+
+    def dequantized(values: str, h: int) -> str:
+        s_ = f"s{h}" if scale_of else "(float16)(s)"
+        z_ = f"z{h}" if zp_of else ("(float16)(z)" if scale_of is None else "(float16)(0.0f)")
+        return _quantized_io.rounded(desc.dequantized, f"({values} - {z_}) * {s_}", vector=True)
 
     if packed:
         nibbles = ("const int16 lo = __builtin_convertvector(b & (uchar16)(15), int16);"
@@ -125,18 +150,18 @@ def _cpu_generate(desc: DequantizingMatmulDesc, head: str, params: str, epilogue
             nibbles += " const int16 lo_s = (lo ^ (int16)(8)) - (int16)(8), hi_s = (hi ^ (int16)(8)) - (int16)(8);"
         lo, hi = ("lo_s", "hi_s") if signed else ("lo", "hi")
         body = (f"const dq_w16u b = *(__global const dq_w16u*)(weights + (kk * {sw[0]}UL + n0) / 2UL); {nibbles}"
-                f" acc0 += a * {dequantized(f'__builtin_convertvector({lo}, float16)')};"
-                f" acc1 += a * {dequantized(f'__builtin_convertvector({hi}, float16)')};")
+                f" acc0 += a * {dequantized(f'__builtin_convertvector({lo}, float16)', 0)};"
+                f" acc1 += a * {dequantized(f'__builtin_convertvector({hi}, float16)', 1)};")
         # acc0 holds columns n0 + 2j, acc1 columns n0 + 2j + 1.
-        column = ("n0 + 2UL * j", "n0 + 2UL * j + 1UL")
+        store_column = ("n0 + 2UL * j", "n0 + 2UL * j + 1UL")
     else:
         body = "".join(
             f" {{ const {vec} b = *(__global const dq_w16u*)(weights + kk * {sw[0]}UL + n0 + {16 * h}UL);"
-            f" acc{h} += a * {dequantized('__builtin_convertvector(b, float16)')}; }}" for h in range(2))
-        column = ("n0 + j", "n0 + 16UL + j")
+            f" acc{h} += a * {dequantized('__builtin_convertvector(b, float16)', h)}; }}" for h in range(2))
+        store_column = ("n0 + j", "n0 + 16UL + j")
     stores = "".join(
         f"    *(float16*)(ys) = acc{h};\n"
-        f"    for (ulong j = 0; j < 16UL; ++j) {{ const ulong nn = {column[h]}; float y = ys[j]; {epilogue}"
+        f"    for (ulong j = 0; j < 16UL; ++j) {{ const ulong nn = {store_column[h]}; float y = ys[j]; {epilogue}"
         f" {_dtype_io.store(desc.dst.dtype, 'dst', od, 'y')} }}\n" for h in range(2))
     source = (
         f"typedef {vec} __attribute__((aligned(1))) dq_w16u;\n"
@@ -147,8 +172,7 @@ def _cpu_generate(desc: DequantizingMatmulDesc, head: str, params: str, epilogue
         f"    const ulong n0 = nb * {CPU_TN}UL, a0 = mm * {sa[0]}UL;\n"
         "    float16 acc0 = (float16)(0.0f), acc1 = (float16)(0.0f);\n"
         f"    for (ulong kg = 0; kg < {k // gk}UL; ++kg) {{\n"
-        f"        const float s = {scale};\n"
-        f"        const float z = {zp};\n"
+        f"        {per_group}\n"
         f"        for (ulong kk = kg * {gk}UL; kk < kg * {gk}UL + {gk}UL; ++kk) {{\n"
         f"            const float16 a = (float16)({_dtype_io.load(desc.src.dtype, 'src', f'a0 + kk * {sa[1]}UL')});\n"
         f"            {body}\n"

@@ -19,14 +19,14 @@ from triodnn.testing._driver import reference_outputs
 M, K, N = 2, 64, 96
 
 
-def decompressed_graph(*, group_n=32, weights="u4", zps=True):
-    """f16 src @ DynamicDequantize(weights in groups of 1 x group_n, f16 scales, u8 zero points)
-    to f16, f32 dst, times a gate (a binary post-op), as the gated MLP's second matmul."""
-    placed = (K, N // group_n)
+def decompressed_graph(*, group_n=32, group_k=1, weights="u4", zps=True):
+    """f16 src @ DynamicDequantize(weights in groups of group_k x group_n, f16 scales, u8 zero
+    points) to f16, f32 dst, times a gate (a binary post-op), as the gated MLP's second matmul."""
+    placed = (K // group_k, N // group_n)
     deq_inputs = [lt(0, (K, N), weights), lt(1, placed, "f16")] + ([lt(2, placed, "u8")] if zps else [])
     return graph_of(
         Op(0, "DynamicDequantize", deq_inputs, [lt(3, (K, N), "f16")],
-           {"qtype": "per_group", "axis": -1, "group_shape": [1, group_n]}),
+           {"qtype": "per_group", "axis": -1, "group_shape": [group_k, group_n]}),
         Op(1, "MatMul", [lt(4, (M, K), "f16"), lt(3, (K, N), "f16")], [lt(5, (M, N))], {}),
         Op(2, "Multiply", [lt(5, (M, N)), lt(6, (M, N))], [lt(7, (M, N))], {"auto_broadcast": "numpy"}),
     )
@@ -49,9 +49,10 @@ def inputs(rng, graph) -> dict[int, np.ndarray]:
 
 
 @pytest.mark.cpu
-@pytest.mark.parametrize("weights", ["u4", "s8"])
-async def test_fuses_to_one_matmul_and_matches_the_reference(engine, rng, weights):
-    graph = decompressed_graph(weights=weights)
+@pytest.mark.parametrize(("weights", "group"), [("u4", (1, 32)), ("s8", (1, 32)), ("s4", (32, 1))],
+                         ids=["u4_along_n", "s8_along_n", "s4_along_k"])
+async def test_fuses_to_one_matmul_and_matches_the_reference(engine, rng, weights, group):
+    graph = decompressed_graph(weights=weights, group_k=group[0], group_n=group[1])
     assert await primitive_kinds(engine, graph) == ["dequantizing_matmul"]
     arrays = inputs(rng, graph)
     got = await run(engine, graph, arrays)

@@ -32,8 +32,8 @@ async def run(engine, rng, desc):
 
 
 @pytest.mark.parametrize("weights", ["u4", "s4", "u8", "s8"])
-@pytest.mark.parametrize(("n", "group", "blocks"), [(64, (1, 32), True), (24, (4, 8), False)],
-                         ids=["blocks", "per_element"])
+@pytest.mark.parametrize(("n", "group", "blocks"), [(64, (1, 32), True), (64, (8, 1), True), (24, (4, 8), False)],
+                         ids=["blocks", "blocks_per_column", "per_element"])
 @pytest.mark.parametrize("zps", [False, True], ids=["no_zp", "zp"])
 async def test_matches_the_reference(engine, rng, weights, n, group, blocks, zps):
     k = 32
