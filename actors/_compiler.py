@@ -25,6 +25,7 @@ from .._values._errors import BuildError, ClosedError
 from .._values._kernel_spec import KernelConfig, KernelSpec
 from .._values._op_desc import OpDesc
 from ..kernels import generate, local_memory_bytes, program_source
+from ._channels import take_queued
 from ._program_binary import program_binary
 from ._reply import ReplySlot
 
@@ -151,13 +152,8 @@ class Compiler:
                 nursery.start_soon(self._build, request, reply)
         finally:
             self.close()
-            while True:
-                try:
-                    _request, reply = self._recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
+            for _request, reply in take_queued(self._recv):
                 reply.set_error(ClosedError("the engine closed before the build started"))
-            self._recv.close()
 
     def close(self) -> None:
         self.closed = True

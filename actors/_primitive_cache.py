@@ -28,6 +28,7 @@ import trio
 
 from .._values._errors import BuildError, ClosedError, InvalidArgumentError, TriodnnError
 from .._values._keys import PrimitiveImpl
+from ._channels import take_queued
 
 DEFAULT_CAPACITY = 1024
 CAPACITY_ENV_VARS = (
@@ -348,23 +349,15 @@ class CacheActor(Generic[V, S]):
         self._send.close()
 
     def _abandon_queued(self) -> None:
-        """Refuse further requests and abandon the queued ones this actor will never start.
-
-        A cancellation aborts this actor's receive at once, but a requester that is running
-        reaches its own checkpoint later, so a build it queues in between is never received.
-        Left alone it stays in flight, and every requester of its key, from any trio run, joins
-        it and waits forever (a timed-out thread on an H200 left one behind). Abandoned, its
-        waiters look the key up again: one of another runtime builds it; this runtime's get
-        ``ClosedError``.
+        """Refuse further requests and abandon the queued ones this actor will never start
+        (``take_queued``). Left alone, such a build stays in flight, and every requester of its
+        key, from any trio run, joins it and waits forever (a timed-out thread on an H200 left
+        one behind). Abandoned, its waiters look the key up again: one of another runtime builds
+        it; this runtime's get ``ClosedError``.
         """
         self.close()
-        while True:
-            try:
-                flight, _build = self._recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        for flight, _build in take_queued(self._recv):
             self.cache.complete(flight, error=_Abandoned())
-        self._recv.close()
 
     async def get(self, key: Hashable, build: Callable[[], Awaitable[V]]) -> tuple[V, str]:
         """The cached value for ``key`` and how it was found: ``cache_hit``, ``cache_miss`` or

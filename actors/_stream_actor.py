@@ -32,6 +32,7 @@ import trio
 
 from .._values._errors import ClosedError, DependencyError, DeviceLostError, ExecutionError, TriodnnError
 from ._allocator import SvmBuffer
+from ._channels import take_queued
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
 from ._completion import CompletionActor, QueueWaiter
 from ._health import DeviceHealth
@@ -258,11 +259,7 @@ class StreamActor:
             waiter.close()
         self._inflight_copies.clear()
         # Anything still in the channel after a cancellation never reached OpenCL.
-        while True:
-            try:
-                command = self._recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        for command in take_queued(self._recv):
             command.submission.set_failed(ClosedError("the stream closed before this command was enqueued"))
 
     def _dispatch(self, command: Command) -> None:
