@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 
 from . import _post_ops
-from ._dynamic_quantize_desc import ZERO_POINT_TYPES
+from ._dynamic_quantize_desc import ZERO_POINT_TYPES, check_groups
 from ._errors import ArgumentMismatchError, InvalidArgumentError
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
@@ -75,17 +75,7 @@ class DequantizingMatmulDesc(OpDesc):
                 f"src dims {self.src.dims} have K={k} but weights dims {self.weights.dims} have K={k2}")
         if self.dst.dims != (m, n):
             raise ArgumentMismatchError(f"dst dims {self.dst.dims} differ from src @ weights dims {(m, n)}")
-        gk, gn = self.group_shape
-        if gk < 1 or gn < 1 or k % gk or n % gn:
-            raise ArgumentMismatchError(
-                f"group_shape {self.group_shape} does not divide the weights dims {(k, n)} (one positive divisor a dim)")
-        expected = (k // gk, n // gn)
         if self.zps is not None:
             check_memory_desc("zps", self.zps)
-        for name in ("scales", "zps"):
-            md = getattr(self, name)
-            if md is not None and md.dims != expected:
-                raise ArgumentMismatchError(
-                    f"{name} dims {md.dims} do not match weights dims {(k, n)} in groups of "
-                    f"{self.group_shape}: expected {expected}")
+        check_groups("weights", self.weights.dims, self.group_shape, scales=self.scales, zps=self.zps)
         self._set("post_ops", _post_ops.check(self.post_ops, (m, n)))

@@ -17,6 +17,21 @@ def _group(value) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def check_groups(operand: str, dims: tuple[int, ...], group_shape: tuple[int, ...], **tensors) -> None:
+    """``ArgumentMismatchError`` unless ``group_shape`` divides ``dims`` (``operand``'s, one positive
+    divisor a dim) and each of ``tensors`` (scales, zero points; None where absent) has dims
+    ``dims // group_shape``, one value per group."""
+    if len(group_shape) != len(dims) or any(g < 1 or d % g for g, d in zip(group_shape, dims)):
+        raise ArgumentMismatchError(
+            f"group_shape {group_shape} does not divide {operand} dims {dims} (one positive divisor a dim)")
+    expected = tuple(d // g for d, g in zip(dims, group_shape))
+    for name, md in tensors.items():
+        if md is not None and md.dims != expected:
+            raise ArgumentMismatchError(
+                f"{name} dims {md.dims} do not match {operand} dims {dims} in groups of {group_shape}: "
+                f"expected {expected}")
+
+
 @op_kind
 @attrs.frozen(cache_hash=True)
 class DynamicQuantizeDesc(OpDesc):
@@ -43,18 +58,7 @@ class DynamicQuantizeDesc(OpDesc):
 
     def __attrs_post_init__(self) -> None:
         check_sides(self.alg, self.src, self.dst)
-        dims = self.src.dims
-        if len(self.group_shape) != len(dims) or any(
-                g < 1 or d % g for g, d in zip(self.group_shape, dims)):
-            raise ArgumentMismatchError(
-                f"group_shape {self.group_shape} does not divide src dims {dims} (one positive divisor a dim)")
-        expected = tuple(d // g for d, g in zip(dims, self.group_shape))
-        for name in ("scales", "zps"):
-            md = getattr(self, name)
-            if md is not None and md.dims != expected:
-                raise ArgumentMismatchError(
-                    f"{name} dims {md.dims} do not match src dims {dims} in groups of {self.group_shape}: "
-                    f"expected {expected}")
+        check_groups("src", self.src.dims, self.group_shape, scales=self.scales, zps=self.zps)
 
     @property
     def label(self) -> str:
