@@ -20,13 +20,13 @@ import attrs
 from .._values._dequantizing_matmul_desc import FLOATS, WEIGHT_TYPES, DequantizingMatmulDesc
 from .._values._dynamic_quantize_desc import ZERO_POINT_TYPES
 from .._values._kernel_spec import KernelConfig
-from .._values._memory_desc import MemoryDesc
 from ..kernels.dequantizing_matmul import fusion_pays
 from ._fusion import Chain
-from ._logical_tensor import LogicalTensor, known_shape
-from ._lowering import Builder, View
+from ._logical_tensor import known_shape
+from ._lowering import Builder
 from ._op import Op, producers_and_consumers
 from ._shape_inference import quantization_groups
+from .ops.quantization import grouped_view
 
 
 @attrs.frozen
@@ -70,16 +70,6 @@ def find_dequantizing_matmuls(ops: list[Op], output_ids: set[int], config: Kerne
     return matches
 
 
-def _placed(b: Builder, lt: LogicalTensor, placed: tuple[int, int]) -> View:
-    """``lt`` (scales or zero points) seen with the weights' rank, one element per group (a view:
-    a per-tensor or per-channel tensor of lower rank holds the same elements in order)."""
-    view = b.view(lt)
-    if view.desc.dims == placed:
-        return view
-    step = view.desc.strides[-1] if view.desc.ndims else 1
-    return View(view.slot, MemoryDesc(placed, view.desc.dtype, (step * placed[1], step)))
-
-
 def lower_dequantizing_matmul(b: Builder, op: Op, match: DecompressionMatch, chain: Chain | None) -> None:
     """One ``DequantizingMatmulDesc`` for ``op``, reading the DynamicDequantize's inputs."""
     deq = match.dequantize
@@ -88,9 +78,9 @@ def lower_dequantizing_matmul(b: Builder, op: Op, match: DecompressionMatch, cha
 
     def lowering(b: Builder, op: Op) -> None:
         inputs = {"src": b.view(op.inputs[0]), "weights": b.view(deq.inputs[0]),
-                  "scales": _placed(b, deq.inputs[1], placed)}
+                  "scales": grouped_view(b, deq.inputs[1], placed)}
         if len(deq.inputs) > 2:
-            inputs["zps"] = _placed(b, deq.inputs[2], placed)
+            inputs["zps"] = grouped_view(b, deq.inputs[2], placed)
 
         def make(src, weights, scales, dst, zps=None):
             return DequantizingMatmulDesc(src, weights, scales, dst, match.group_shape, zps,

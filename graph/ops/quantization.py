@@ -14,7 +14,7 @@ from ..._values import (
     QuantizeDesc,
 )
 from ..._values._memory_desc import MemoryDesc
-from .._logical_tensor import LogicalTensor, known_shape
+from .._logical_tensor import LogicalTensor, dense_strides, known_shape
 from .._lowering import (
     Builder,
     View,
@@ -47,23 +47,25 @@ def _lower_quantize(b: Builder, op: Op) -> None:
           {"src": b.view(op.inputs[0])}, {"dst": b.output(op.outputs[0])})
 
 
+def grouped_view(b: Builder, lt: LogicalTensor, placed: tuple[int, ...]) -> View:
+    """Scales or zero points ``lt`` with dims ``placed``, one element per group of the tensor
+    they quantize: a view. One scale, one per channel, or per group (that rank already): the same
+    elements in order, seen with the quantized tensor's rank; dims of 1 take any stride."""
+    view = b.view(lt)
+    if view.desc.dims == placed:
+        return view
+    step = view.desc.strides[-1] if view.desc.ndims else 1
+    strides = tuple(step * (s if d > 1 else 1) for d, s in zip(placed, dense_strides(placed)))
+    return View(view.slot, MemoryDesc(placed, view.desc.dtype, strides))
+
+
 def _lower_dynamic_quantize(b: Builder, op: Op) -> None:
     src = b.view(op.inputs[0])
     group = quantization_groups(op.kind, op.attrs, src.desc.dims, known_shape(op.inputs[1]))
     placed = tuple(d // g for d, g in zip(src.desc.dims, group))
-
-    def at_src_rank(lt: LogicalTensor) -> View:
-        # One scale, one per channel, or per group (src's rank already): the same elements in
-        # order, seen with src's rank (a view); dims of 1 take any stride.
-        view = b.view(lt)
-        if view.desc.dims == placed:
-            return view
-        step = view.desc.strides[-1] if view.desc.ndims else 1
-        return View(view.slot, MemoryDesc(placed, view.desc.dtype, tuple(step for _ in placed)))
-
-    inputs = {"src": src, "scales": at_src_rank(op.inputs[1])}
+    inputs = {"src": src, "scales": grouped_view(b, op.inputs[1], placed)}
     if len(op.inputs) > 2:
-        inputs["zps"] = at_src_rank(op.inputs[2])
+        inputs["zps"] = grouped_view(b, op.inputs[2], placed)
     alg = op.kind[len("Dynamic"):].lower()
     b.run(op, lambda src, scales, dst, zps=None: DynamicQuantizeDesc(alg, src, scales, dst, group, zps),
           inputs, {"dst": b.output(op.outputs[0])})
