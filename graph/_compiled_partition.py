@@ -515,9 +515,10 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
                   for op in partition.ops]
     _check_s64(shaped_ops)
     constants: list[tuple[LogicalTensor, np.ndarray]] = []
+    # Ids for hidden constants: past every tensor of the partition.
+    next_id = max((lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)), default=0) + 1
     if any(lt.is_empty for op in shaped_ops for lt in (*op.inputs, *op.outputs)):
-        ids = [lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)]
-        shaped_ops, constants = _without_empty_work(shaped_ops, max(ids, default=0) + 1)
+        shaped_ops, constants = _without_empty_work(shaped_ops, next_id)
     output_ids = {lt.id for lt in outputs}
     # Lowered where its last op was: every input (V, the mask) exists by then.
     attention = {m.ops[-1]: m for m in find_sdpa(shaped_ops, output_ids)
@@ -533,8 +534,8 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     # Int8 matmul fusion: Dequantize -> MatMul (+ chain) [-> Quantize] as one primitive.
     int8 = find_int8_matmuls(rest, output_ids, chains, engine.kernel_config) if fuse else {}
     absorbed |= {op_id for match in int8.values() for op_id in match.absorbed}
-    ids = [lt.id for op in shaped_ops for lt in (*op.inputs, *op.outputs)] + [lt.id for lt, _ in constants]
-    int8_conv = find_int8_convolutions(rest, output_ids, chains, next_id=max(ids, default=0) + 1) if fuse else {}
+    next_id += len(constants)
+    int8_conv = find_int8_convolutions(rest, output_ids, chains, next_id=next_id) if fuse else {}
     absorbed |= {op_id for match in int8_conv.values() for op_id in match.absorbed}
     constants += [c for c in (match.constant() for match in int8_conv.values()) if c is not None]
     # Weights decompression: DynamicDequantize(weights) -> MatMul (+ chain) as one primitive.

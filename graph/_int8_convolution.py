@@ -85,8 +85,8 @@ def find_int8_convolutions(ops: list[Op], output_ids: set[int], chains: dict[int
         if any(f is None or f[1] for f in found):  # no match, or a TypeCast in between
             continue
         (src_deq, _), (wei_deq, _) = found  # type: ignore[misc]
-        per_channel = _per_tensor(src_deq) and not _per_tensor(wei_deq) and _per_output_channel(wei_deq, op)
-        if not (_per_tensor(src_deq) and (_per_tensor(wei_deq) or per_channel)):
+        per_channel = not _per_tensor(wei_deq)
+        if not _per_tensor(src_deq) or (per_channel and not _per_output_channel(wei_deq, op)):
             continue
         if not (_zps_fit(src_deq, src_deq.inputs[0].dtype) and _zps_fit(wei_deq, wei_deq.inputs[0].dtype)):
             continue
@@ -128,9 +128,8 @@ def lower_int8_convolution(b: Builder, op: Op, match: Int8ConvMatch, chain: Chai
         if len(op.inputs) > 2:
             entries += (("binary", "add", op.inputs[2], fmt),)
             op = Op(op.id, op.kind, list(op.inputs[:2]), list(op.outputs), dict(op.attrs), op.name)
-        chain = Chain(entries + (chain.entries if chain is not None else ()),
-                      chain.final if chain is not None else op.outputs[0],
-                      chain.absorbed if chain is not None else frozenset())
+        rest = chain if chain is not None else Chain((), op.outputs[0], frozenset())
+        chain = Chain(entries + rest.entries, rest.final, rest.absorbed)
     options = dict(src_quant=_static(match.src_deq), weights_quant=weights_quant,
                    dst_quant=_static(match.quantize) if match.quantize is not None else None)
     b.lower(op, chain, lowering=lambda b, op: lower_convolution(b, op, **options),

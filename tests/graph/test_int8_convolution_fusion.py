@@ -33,7 +33,11 @@ def conv_graph(*, quantize=True, per_channel=False, nxc=False, weight_zps=None):
     return graph_of(*ops)
 
 
-@pytest.mark.parametrize("options", [{}, {"nxc": True, "quantize": False}], ids=["ncx_s8", "nxc_f32_dst"])
+# Per-channel weights: the channel scales become the chain's first post-op.
+@pytest.mark.parametrize("options", [
+    {}, {"nxc": True, "quantize": False},
+    {"per_channel": True}, {"per_channel": True, "nxc": True}, {"per_channel": True, "nxc": True, "quantize": False},
+], ids=["ncx_s8", "nxc_f32_dst", "per_channel_ncx_s8", "per_channel_nxc_s8", "per_channel_nxc_f32_dst"])
 async def test_fuses_to_one_convolution_and_matches_the_reference(engine, rng, options):
     graph = conv_graph(**options)
     assert await primitive_kinds(engine, graph) == ["convolution"]
@@ -43,24 +47,6 @@ async def test_fuses_to_one_convolution_and_matches_the_reference(engine, rng, o
     (out,) = [t.id for t in graph.output_tensors()]
     if options.get("quantize", True):
         # The exact integer sum times the scales against op by op's f32 dequantized inputs: ties may round apart.
-        diff = np.abs(got[out].astype(np.int64) - want[out].astype(np.int64))
-        assert diff.max() <= 1 and (diff == 0).mean() > 0.99, diff
-        assert len(np.unique(got[out])) > 20
-    else:
-        np.testing.assert_allclose(got[out], want[out], rtol=1e-5, atol=1e-5 * np.abs(want[out]).max())
-
-
-@pytest.mark.parametrize("options", [{}, {"nxc": True}, {"nxc": True, "quantize": False}],
-                         ids=["ncx_s8", "nxc_s8", "nxc_f32_dst"])
-async def test_per_channel_weights_fuse_with_the_channel_scales_as_a_post_op(engine, rng, options):
-    graph = conv_graph(per_channel=True, **options)
-    assert await primitive_kinds(engine, graph) == ["convolution"]
-    arrays = int8_inputs(rng, graph)
-    got = await run(engine, graph, arrays)
-    want, _ = reference_outputs(graph, arrays)
-    (out,) = [t.id for t in graph.output_tensors()]
-    if options.get("quantize", True):
-        # As per tensor: the exact sum scaled twice against op by op's f32 dequantized weights.
         diff = np.abs(got[out].astype(np.int64) - want[out].astype(np.int64))
         assert diff.max() <= 1 and (diff == 0).mean() > 0.99, diff
         assert len(np.unique(got[out])) > 20
