@@ -30,15 +30,6 @@ def generate(desc: DequantizingMatmulDesc, config: KernelConfig) -> KernelSpec:
     params = (", ".join(_dtype_io.param(args[name].dtype, name, const=True) for name in inputs) + ","
               + _post_ops.params(desc.post_ops) + " " + _dtype_io.param(desc.dst.dtype, "dst", const=False))
     loads = [args[name].dtype for name in inputs] + [desc.dst.dtype]
-    scale = _dtype_io.load(desc.scales.dtype, "scales", f"g0 + kg * {ss[0]}UL")
-    zp = "0.0f"
-    zp_offset = ""
-    if desc.zps is not None:
-        sz = desc.zps.strides
-        zp_offset = f" const ulong z0 = (nn / {gn}UL) * {sz[1]}UL;"
-        zp = _dtype_io.load(desc.zps.dtype, "zps", f"z0 + kg * {sz[0]}UL")
-    weight = _dtype_io.load(desc.weights.dtype, "weights", f"w0 + kk * {sw[0]}UL")
-    dequantized = _quantized_io.rounded(desc.dequantized, "(w - z) * s")
     od = f"mm * {sd[0]}UL + nn * {sd[1]}UL"
     po_strides = _post_ops.operand_strides(desc.post_ops, 2)
     epilogue = ""
@@ -50,6 +41,14 @@ def generate(desc: DequantizingMatmulDesc, config: KernelConfig) -> KernelSpec:
             + _quantized_io.rounding_functions(rounding))
     if config.vector_width >= 16 and _blocks_fit(desc):
         return _cpu_generate(desc, head, params, epilogue, od)
+    scale = _dtype_io.load(desc.scales.dtype, "scales", f"g0 + kg * {ss[0]}UL")
+    zp, zp_offset = "0.0f", ""
+    if desc.zps is not None:
+        sz = desc.zps.strides
+        zp_offset = f" const ulong z0 = (nn / {gn}UL) * {sz[1]}UL;"
+        zp = _dtype_io.load(desc.zps.dtype, "zps", f"z0 + kg * {sz[0]}UL")
+    weight = _dtype_io.load(desc.weights.dtype, "weights", f"w0 + kk * {sw[0]}UL")
+    dequantized = _quantized_io.rounded(desc.dequantized, "(w - z) * s")
     local = min(config.local_size, 256)
     source = (
         head
@@ -89,12 +88,16 @@ def generate(desc: DequantizingMatmulDesc, config: KernelConfig) -> KernelSpec:
 CPU_TN = 32
 
 
+def _columns_fit(n: int, group_n: int) -> bool:
+    """N a multiple of the block, and groups along N that are multiples of the block (one scale
+    a block) or single columns (a vector of scales a block)."""
+    return n % CPU_TN == 0 and (group_n % CPU_TN == 0 or group_n == 1)
+
+
 def _blocks_fit(desc: DequantizingMatmulDesc) -> bool:
-    """Whether the CPU blocks apply: weights dense along N, N a multiple of the block, so every
-    block's weights of one k are one aligned-enough vector; groups along N that are multiples of
-    the block (one scale a block) or single columns (a vector of scales a block)."""
-    n, gn = desc.dst.dims[1], desc.group_shape[1]
-    return desc.weights.strides[1] == 1 and n % CPU_TN == 0 and (gn % CPU_TN == 0 or gn == 1) \
+    """Whether the CPU blocks apply: ``_columns_fit``, and weights dense along N (with an even
+    row stride), so every block's weights of one k are one aligned-enough vector."""
+    return _columns_fit(desc.dst.dims[1], desc.group_shape[1]) and desc.weights.strides[1] == 1 \
         and desc.weights.strides[0] % 2 == 0
 
 
@@ -105,7 +108,7 @@ def fusion_pays(n: int, group: tuple[int, int], config: KernelConfig) -> bool:
     k); not on a GPU configuration, where neither kernel has been measured against the ops one
     by one."""
     gk, gn = group
-    return config.vector_width >= 16 and n % CPU_TN == 0 and (gn % CPU_TN == 0 or (gn == 1 and gk >= CPU_TN))
+    return config.vector_width >= 16 and _columns_fit(n, gn) and (gn != 1 or gk >= CPU_TN)
 
 
 def _cpu_generate(desc: DequantizingMatmulDesc, head: str, params: str, epilogue: str, od: str) -> KernelSpec:

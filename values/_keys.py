@@ -88,9 +88,10 @@ class PrimitiveImpl:
     key: PrimitiveKey
     spec: KernelSpec = attrs.field(repr=False)
     # Reads the device binary: bytes, or None where no context of this process can give it any
-    # more (the kernels were evicted before anyone asked, or their device was lost). A call, not bytes: PoCL compiles each kernel
-    # of a program once more to hand its binary out, so it is read only by those who need it (a
-    # second context of the device, a cache blob). Blocking; the first call may take a compile.
+    # more (the kernels were evicted before anyone asked, or their device was lost). A call, not
+    # bytes: PoCL compiles each kernel of a program once more to hand its binary out, so it is
+    # read only by those who need it (a second context of the device, a cache blob). Blocking;
+    # the first call may take a compile.
     binary: Callable[[], bytes | None] = attrs.field(repr=False)
     build_seconds: float
 
