@@ -8,7 +8,7 @@ and completions come back through event callbacks and the completion actor.
 from ._allocator import DeviceAllocator
 from ._allocator import SvmBuffer as SvmBuffer
 from ._commands import Barrier, Command, KernelLaunch, KernelSequence, Marker, ReadBuffer, WriteBuffer
-from ._compiler import BuildRequest, BuiltKernel, Compiler
+from ._compiler import BuildRequest, BuiltKernel, Compiler, build_program
 from ._completion import CompletionActor
 from ._context_pool import ContextPool, ContextPoolStatistics, context_pool
 from ._device import DeviceActor
@@ -68,6 +68,7 @@ __all__ = [
     "global_primitive_cache",
     "CompletionActor",
     "Compiler",
+    "build_program",
     "DeviceActor",
     "DeviceHealth",
     "probe_context",

@@ -25,12 +25,25 @@ from .._values._errors import BuildError, ClosedError
 from .._values._kernel_spec import KernelConfig, KernelSpec
 from .._values._op_desc import OpDesc
 from ..kernels import generate, local_memory_bytes, program_source
+from ..kernels._ptx import retarget
 from ._channels import take_queued
 from ._program_binary import program_binary
 from ._reply import ReplySlot
 
 if TYPE_CHECKING:
     from ._allocator import DeviceAllocator
+
+
+def build_program(context: cl.Context, device: cl.Device, source: str, options: tuple[str, ...] = (), *,
+                  ptx_target: str | None = None) -> cl.Program:
+    """``source`` built for ``device``; with ``ptx_target`` (a ``KernelSpec``'s), built to PTX
+    first, then that PTX retargeted (``kernels._ptx.retarget``) and built again, the program
+    returned. Raises ``cl.Error`` as a build does."""
+    program = cl.Program(context, source).build(options=list(options))
+    if ptx_target is None:
+        return program
+    ptx = program_binary(program, device).decode()
+    return cl.Program(context, [device], [retarget(ptx, ptx_target).encode()]).build(options=list(options))
 
 
 @attrs.frozen
@@ -227,12 +240,12 @@ class Compiler:
                 f"{self.device.name.strip()} offers {offered}"
             )
         binary = None if request.binary is None else request.binary()
-        if binary is None:
-            program = cl.Program(self.context, program_source(spec, request.config))
-        else:
-            program = cl.Program(self.context, [self.device], [binary])
         try:
-            program.build(options=list(request.options))
+            if binary is None:
+                program = build_program(self.context, self.device, program_source(spec, request.config),
+                                        request.options, ptx_target=spec.ptx_target)
+            else:
+                program = cl.Program(self.context, [self.device], [binary]).build(options=list(request.options))
         except cl.Error as exc:
             raise BuildError(
                 f"OpenCL build of kernel {spec.name!r} ({request.desc.label}) failed on "

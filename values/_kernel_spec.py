@@ -55,6 +55,12 @@ class KernelSpec:
 
     ``arg_names`` lists the memory arguments in kernel-parameter order; every other value is baked
     into the source, so a spec runs as is, with buffers only.
+
+    ``ptx_target`` (NVIDIA only, e.g. ``"sm_90a"``): the kernel issues instructions of a newer PTX
+    target than the one NVIDIA's OpenCL compiler writes (``sm_90``, where Hopper's ``wgmma`` is
+    refused). Its source carries them inside PTX comments (``kernels._ptx``); the program is built
+    to PTX, the comments opened, the target raised and the PTX built again. A spec with it runs
+    only through a builder that does so (``actors.build_program``).
     """
 
     source: str
@@ -63,6 +69,7 @@ class KernelSpec:
     global_size: tuple[int, ...]
     local_size: tuple[int, ...]
     impl: str
+    ptx_target: str | None = None
 
 
 def dense_strides(dims: tuple[int, ...]) -> tuple[int, ...]:

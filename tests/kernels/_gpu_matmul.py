@@ -9,6 +9,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
+from triodnn.actors import build_program
 from triodnn.kernels import KernelConfig
 
 GPU = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)  # what NVIDIA reports
@@ -50,7 +51,7 @@ def run_spec(engine, spec, arrays: dict, out_shape, out_dtype=np.float32) -> np.
                for name in spec.arg_names[:-1]]
     out = np.empty(out_shape, out_dtype)
     dst = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
-    program = cl.Program(ctx, spec.source).build()
+    program = build_program(ctx, ctx.devices[0], spec.source, ptx_target=spec.ptx_target)
     getattr(program, spec.name)(queue, spec.global_size, spec.local_size, *buffers, dst)
     cl.enqueue_copy(queue, out, dst)
     queue.finish()
