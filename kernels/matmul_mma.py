@@ -27,6 +27,7 @@ post-op reads them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -126,7 +127,7 @@ def _chunk_aligned(strides: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return all(s % _CHUNK == 0 for s, d in zip(strides, dims) if d > 1)
 
 
-def _weights_k_major(desc: MatmulDesc) -> bool | None:
+def weights_k_major(desc: MatmulDesc) -> bool | None:
     """Whether the weights are K-major (N contiguous: True) or K-contiguous (False), where every
     16-byte chunk this kernel copies is aligned; None for a layout it does not read."""
     src, wei = desc.src, desc.weights
@@ -146,7 +147,7 @@ def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
     both bf16 or both f16, the layouts above, and dst at least 16 x 16."""
     m, n = desc.dst.dims[-2:]
     return (config.nvidia_sm >= MIN_SM and desc.src.dtype in MMA_TYPES and desc.weights.dtype == desc.src.dtype
-            and m >= 16 and n >= 16 and _weights_k_major(desc) is not None)
+            and m >= 16 and n >= 16 and weights_k_major(desc) is not None)
 
 
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> MmaTile:
@@ -179,31 +180,20 @@ def generate(desc: MatmulDesc, config: KernelConfig, *, tile: MmaTile | str | No
 
 def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
     """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
-    k_major = _weights_k_major(desc)
+    k_major = weights_k_major(desc)
     if k_major is None or desc.src.dtype not in MMA_TYPES or desc.weights.dtype != desc.src.dtype:
         raise ValueError("the tensor-core matmul needs bf16 or f16 src and weights in an aligned layout")
-    src_dims, wei_dims = desc.src.dims, desc.weights.dims
-    dst_strides, dst_dtype = desc.dst.strides, desc.dst.dtype
-    m, k = src_dims[-2:]
-    n = wei_dims[-1]
-    batch = desc.dst.dims[:-2]
-    nd = len(batch) + 2
-    nbatch = math.prod(batch)
-    sa = aligned_strides(src_dims, desc.src.strides, nd)
-    sb = aligned_strides(wei_dims, desc.weights.strides, nd)
-    sd = tuple(dst_strides)
-    has_bias = desc.bias is not None
-    bias_dtype = desc.bias.dtype if desc.bias is not None else None
-    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else (0,) * nd
-    po_strides = _post_ops.operand_strides(post_ops, nd)
+    m, k = desc.src.dims[-2:]
+    n = desc.weights.dims[-1]
+    nbatch = math.prod(desc.dst.dims[:-2])
+    nd = len(desc.dst.dims)
+    sa = aligned_strides(desc.src.dims, desc.src.strides, nd)
+    sb = aligned_strides(desc.weights.dims, desc.weights.strides, nd)
     if tile is None:
         tile = choose_tile(m, n, nbatch, config)
     elif isinstance(tile, str):
         tile = TILES[tile] if tile in TILES else _tile(tile)
     tile.check()
-
-    offsets = batch_offsets(batch, sa, sb, sd, sc if has_bias else None, po_strides)
-    po_names = tuple(po_strides)
 
     mma_type = MMA_TYPES[desc.src.dtype]
     bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
@@ -280,63 +270,25 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     else:  # rows n = lane % 8 + (lane / 16) * 8, columns k from ((lane / 8) % 2) * 8
         b_frag = f"((wc + lane % 8u + (lane / 16u) * 8u) * {ldb}u + ((lane / 8u) % 2u) * 8u) * 2u"
 
-    # Epilogue: accumulator (mi, ni, r) is row wr + mi*16 + lane/4 + (r/2)*8, column
-    # wc + ni*8 + (lane%4)*2 + r%2 of the work-group's tile.
-    row_check, col_check = m % bm != 0, n % bn != 0
-    pair_store = (dst_dtype in ("f32", "f16") and sd[-1] == 1 and n % 2 == 0
-                  and all(s % 2 == 0 for s in sd[:-1]) and not any(e[0] == "sum" for e in post_ops))
-    epilogue = matmul_epilogue(dst_dtype, bias_dtype, post_ops, sd, sc if has_bias else None, po_strides,
-                               vec_store=False)
-    at, value = epilogue.at, epilogue.value
-
-    def pair(v0: str, v1: str) -> str:
-        if dst_dtype == "f32":
-            return f"*(__global float2*)(dst + {at('d', 'col')}) = (float2)({v0}, {v1});"
-        return f"vstore_half2_rte((float2)({v0}, {v1}), 0, dst + {at('d', 'col')});"
-
-    lines = []
-    for mi in range(mi_n):
-        for half in range(2):
-            cols = []
-            for ni in range(ni_n):
-                acc0, acc1 = f"c{mi}_{ni}_{2 * half}", f"c{mi}_{ni}_{2 * half + 1}"
-                col = f"col0 + {ni * 8}u"
-                if pair_store:
-                    body = f"{value(acc0, 'v0', 'col')} {value(acc1, 'v1', 'col + 1u')} {pair('v0', 'v1')}"
-                    body = f"{{ const ulong col = {col}; {body} }}"
-                    cols.append(f"if ({col} < N) {body}" if col_check else body)
-                else:
-                    for r, acc in ((0, acc0), (1, acc1)):
-                        cc = f"{col} + {r}u"
-                        body = (f"{{ const ulong col = {cc}; {value(acc, 'v', 'col')} "
-                                f"{_dtype_io.store(dst_dtype, 'dst', at('d', 'col'), 'v')} }}")
-                        cols.append(f"if ({cc} < N) {body}" if col_check else body)
-            guard = "if (row < M) " if row_check else ""
-            lines.append(f"{{ const ulong row = row0 + {mi * 16 + half * 8}u; {guard}{{ {epilogue.row_offsets('row')}\n        "
-                         + "\n        ".join(cols) + "\n    } }")
-
+    # Accumulator (mi, ni, r) is row wr + mi*16 + lane/4 + (r/2)*8, column wc + ni*8 + (lane%4)*2
+    # + r%2 of the work-group's tile.
+    ep = fragment_epilogue(desc, post_ops, bm, bn, mi_n, ni_n, lambda mi, ni, r: f"c{mi}_{ni}_{r}")
     frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
                       + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)])
     accs = ", ".join(f"c{mi}_{ni}_{r} = 0.0f" for mi in range(mi_n) for ni in range(ni_n) for r in range(4))
-    params = (f"{_dtype_io.param(desc.src.dtype, 'src', const=True)}, {_dtype_io.param(desc.weights.dtype, 'wei', const=True)},"
-              + (f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if bias_dtype is not None else "")
-              + f"{_post_ops.params(post_ops)}\n                {_dtype_io.param(dst_dtype, 'dst', const=False)}")
-    loads = (dst_dtype,) + ((bias_dtype,) if bias_dtype is not None else ())
-    helpers = (_dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
-               + _ptx_helpers(mma_type))
-    args = ("src", "weights") + (("bias",) if has_bias else ()) + po_names + ("dst",)
+    helpers = ep.helpers + _ptx_helpers(mma_type)
     wait = tile.stages - 2
     source = helpers + f"""#define M {m}UL
 #define N {n}UL
 __kernel __attribute__((reqd_work_group_size({threads}, 1, 1)))
-void matmul_fwd({params}) {{
+void matmul_fwd({ep.params}) {{
     __local uint4 As[{tile.stages * a_stage // 8}];
     __local uint4 Bs[{tile.stages * b_stage // 8}];
     const uint as_base = (uint)(size_t)As, bs_base = (uint)(size_t)Bs;
     const uint tid = get_local_id(0), lane = tid % 32u, warp = tid / 32u;
     const uint wr = (warp / {tile.wn}u) * {tile.warp_rows}u, wc = (warp % {tile.wn}u) * {tile.warp_cols}u;
     const ulong m0 = get_group_id(1) * {bm}UL, n0 = get_group_id(0) * {bn}UL;
-    {offsets}
+    {ep.offsets}
     {(chr(10) + "    ").join(setup)}
     const uint a_frag = {a_frag}, b_frag = {b_frag};
     uint {frags};
@@ -359,18 +311,93 @@ void matmul_fwd({params}) {{
         }}
     }}
     const ulong row0 = m0 + wr + lane / 4u, col0 = n0 + wc + (lane % 4u) * 2u;
-    {(chr(10) + "    ").join(lines)}
+    {ep.stores}
 }}
 """
     return KernelSpec(
-        source=source, name="matmul_fwd", arg_names=args,
+        source=source, name="matmul_fwd", arg_names=ep.args,
         global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
         local_size=(threads, 1, 1), impl=f"ocl:gemm_mma:{tile.name}",
     )
 
 
-def _ptx_helpers(mma_type: str) -> str:
-    """The inline-PTX wrappers the kernel calls."""
+@attrs.frozen
+class FragmentEpilogue:
+    """What a tensor-core kernel's frame takes from the matmul around it: kernel parameters and
+    argument names (src, weights, [bias], post-op operands, dst), helper functions, the batch's
+    ``off_<key>`` statements and the statements storing every accumulator from ``row0`` / ``col0``
+    (the lane's first row and column)."""
+
+    params: str
+    args: tuple[str, ...]
+    helpers: str
+    offsets: str
+    stores: str
+
+
+def fragment_epilogue(desc: MatmulDesc, post_ops: tuple, bm: int, bn: int, mi_n: int, ni_n: int,
+                      acc: Callable[[int, int, int], str]) -> FragmentEpilogue:
+    """The epilogue of ``mi_n x ni_n`` accumulator tiles of 16 x 8 per warp, laid out as
+    ``mma.sync`` and ``wgmma`` leave them: ``acc(mi, ni, r)`` is the lane's value at row
+    ``row0 + mi*16 + (r/2)*8``, column ``col0 + ni*8 + r%2``. Bias, the chain ``post_ops``
+    (output scale leading) and the dst type are applied as the tiled kernel's epilogue applies
+    them; pairs of neighbouring f32 or f16 outputs are stored as one access where no sum post-op
+    reads them."""
+    m, n = desc.dst.dims[-2:]
+    batch = desc.dst.dims[:-2]
+    nd = len(batch) + 2
+    sa = aligned_strides(desc.src.dims, desc.src.strides, nd)
+    sb = aligned_strides(desc.weights.dims, desc.weights.strides, nd)
+    sd, dst_dtype = tuple(desc.dst.strides), desc.dst.dtype
+    bias_dtype = desc.bias.dtype if desc.bias is not None else None
+    sc = aligned_strides(desc.bias.dims, desc.bias.strides, nd) if desc.bias is not None else None
+    po_strides = _post_ops.operand_strides(post_ops, nd)
+    row_check, col_check = m % bm != 0, n % bn != 0
+    pair_store = (dst_dtype in ("f32", "f16") and sd[-1] == 1 and n % 2 == 0
+                  and all(s % 2 == 0 for s in sd[:-1]) and not any(e[0] == "sum" for e in post_ops))
+    epilogue = matmul_epilogue(dst_dtype, bias_dtype, post_ops, sd, sc, po_strides, vec_store=False)
+    at, value = epilogue.at, epilogue.value
+
+    def pair(v0: str, v1: str) -> str:
+        if dst_dtype == "f32":
+            return f"*(__global float2*)(dst + {at('d', 'col')}) = (float2)({v0}, {v1});"
+        return f"vstore_half2_rte((float2)({v0}, {v1}), 0, dst + {at('d', 'col')});"
+
+    lines = []
+    for mi in range(mi_n):
+        for half in range(2):
+            cols = []
+            for ni in range(ni_n):
+                acc0, acc1 = acc(mi, ni, 2 * half), acc(mi, ni, 2 * half + 1)
+                col = f"col0 + {ni * 8}u"
+                if pair_store:
+                    body = f"{value(acc0, 'v0', 'col')} {value(acc1, 'v1', 'col + 1u')} {pair('v0', 'v1')}"
+                    body = f"{{ const ulong col = {col}; {body} }}"
+                    cols.append(f"if ({col} < N) {body}" if col_check else body)
+                else:
+                    for r, acc_r in ((0, acc0), (1, acc1)):
+                        cc = f"{col} + {r}u"
+                        body = (f"{{ const ulong col = {cc}; {value(acc_r, 'v', 'col')} "
+                                f"{_dtype_io.store(dst_dtype, 'dst', at('d', 'col'), 'v')} }}")
+                        cols.append(f"if ({cc} < N) {body}" if col_check else body)
+            guard = "if (row < M) " if row_check else ""
+            lines.append(f"{{ const ulong row = row0 + {mi * 16 + half * 8}u; {guard}{{ {epilogue.row_offsets('row')}\n        "
+                         + "\n        ".join(cols) + "\n    } }")
+
+    params = (f"{_dtype_io.param(desc.src.dtype, 'src', const=True)}, {_dtype_io.param(desc.weights.dtype, 'wei', const=True)},"
+              + (f" {_dtype_io.param(bias_dtype, 'bias', const=True)}," if bias_dtype is not None else "")
+              + f"{_post_ops.params(post_ops)}\n                {_dtype_io.param(dst_dtype, 'dst', const=False)}")
+    loads = (dst_dtype,) + ((bias_dtype,) if bias_dtype is not None else ())
+    helpers = _dtype_io.functions(loads=loads, stores=(dst_dtype,)) + _post_ops.functions(post_ops, ("float",))
+    args = ("src", "weights") + (("bias",) if bias_dtype is not None else ()) + tuple(po_strides) + ("dst",)
+    return FragmentEpilogue(params=params, args=args, helpers=helpers,
+                            offsets=batch_offsets(batch, sa, sb, sd, sc, po_strides),
+                            stores="\n    ".join(lines))
+
+
+def cp_async_helpers() -> str:
+    """``cp_async16`` (16 bytes, global to local, zero-filled past ``bytes``), its commit and
+    waits of up to 3 pending groups, as inline PTX (sm_80+)."""
     wait = "\n".join(f'static inline void cp_async_wait_{n}(void) {{ asm volatile("cp.async.wait_group {n};" ::: "memory"); }}'
                      for n in range(4))
     return f"""static inline void cp_async16(uint dst, ulong src, uint bytes) {{
@@ -378,7 +405,12 @@ def _ptx_helpers(mma_type: str) -> str:
 }}
 static inline void cp_async_commit(void) {{ asm volatile("cp.async.commit_group;" ::: "memory"); }}
 {wait}
-static inline void ldsm_x4(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {{
+"""
+
+
+def _ptx_helpers(mma_type: str) -> str:
+    """The inline-PTX wrappers the kernel calls."""
+    return cp_async_helpers() + f"""static inline void ldsm_x4(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {{
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0,%1,%2,%3}}, [%4];"
                  : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
 }}
