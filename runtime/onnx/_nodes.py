@@ -1,0 +1,362 @@
+"""ONNX nodes as oneDNN Graph ops: one converter per ONNX op type, in ``CONVERTERS``.
+
+A converter ``(builder, node, attrs)`` adds the ops of ``node`` (``attrs``: its ONNX attributes
+as Python values) and binds its outputs, or returns False to leave the node to a Wildcard op (a
+form of the node it does not take: a second output, an attribute without a oneDNN equivalent, a
+shape it would need and cannot know). ONNX's defaults are spelled out here, since oneDNN's
+differ (MaxPool's strides, Conv's pads, Softmax's axis before opset 13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from ._builder import DTYPES, Builder
+
+Converter = Callable[[Builder, onnx.NodeProto, dict], "bool | None"]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for op_type in op_types:
+            CONVERTERS[op_type] = fn
+        return fn
+    return register
+
+
+def _spatial(b: Builder, node: onnx.NodeProto, attrs: dict) -> int | None:
+    """Spatial dims of a conv or pooling node: from its kernel, its weights or its input."""
+    if "kernel_shape" in attrs:
+        return len(attrs["kernel_shape"])
+    rank = b.rank(node.input[1]) if node.op_type == "Conv" else b.rank(node.input[0])
+    return None if rank is None else rank - 2
+
+
+def _auto_pad(attrs: dict) -> str:
+    pad = attrs.get("auto_pad", b"NOTSET")
+    pad = pad.decode() if isinstance(pad, bytes) else pad
+    return "None" if pad == "NOTSET" else pad
+
+
+def _pads(attrs: dict, nsp: int) -> tuple[list[int], list[int]]:
+    pads = list(attrs.get("pads", [0] * (2 * nsp)))
+    return pads[:nsp], pads[nsp:]
+
+
+@converter("Conv")
+def _conv(b: Builder, node: onnx.NodeProto, attrs: dict):
+    nsp = _spatial(b, node, attrs)
+    if nsp is None:
+        return False
+    begin, end = _pads(attrs, nsp)
+    inputs = [b.tensor(name) for name in node.input if name]
+    b.add("Convolution", inputs, [b.output(node.output[0])], name=node.name,
+          strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
+          dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
+          auto_pad=_auto_pad(attrs), data_format="NCX", weights_format="OIX")
+    return None
+
+
+@converter("MaxPool", "AveragePool")
+def _pool(b: Builder, node: onnx.NodeProto, attrs: dict):
+    nsp = _spatial(b, node, attrs)
+    if nsp is None or len([o for o in node.output if o]) > 1:  # MaxPool's indices
+        return False
+    begin, end = _pads(attrs, nsp)
+    common = dict(strides=list(attrs.get("strides", [1] * nsp)), kernel=list(attrs["kernel_shape"]),
+                  pads_begin=begin, pads_end=end, data_format="NCX", auto_pad=_auto_pad(attrs),
+                  rounding_type="ceil" if attrs.get("ceil_mode", 0) else "floor")
+    if node.op_type == "MaxPool":
+        b.add("MaxPool", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+              dilations=list(attrs.get("dilations", [1] * nsp)), **common)
+    else:
+        b.add("AvgPool", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+              exclude_pad=not attrs.get("count_include_pad", 0), **common)
+    return None
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(b: Builder, node: onnx.NodeProto, attrs: dict):
+    rank = b.rank(node.input[0])
+    if rank is None:
+        return False
+    kind = "ReduceMean" if node.op_type == "GlobalAveragePool" else "ReduceMax"
+    b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          axes=list(range(2, rank)), keep_dims=True)
+    return None
+
+
+@converter("BatchNormalization")
+def _batch_norm(b: Builder, node: onnx.NodeProto, attrs: dict):
+    if len([o for o in node.output if o]) > 1 or attrs.get("training_mode", 0):
+        return False
+    b.add("BatchNormInference", [b.tensor(name) for name in node.input], [b.output(node.output[0])],
+          name=node.name, epsilon=float(attrs.get("epsilon", 1e-5)), data_format="NCX")
+    return None
+
+
+@converter("MatMul")
+def _matmul(b: Builder, node: onnx.NodeProto, attrs: dict):
+    b.add("MatMul", [b.tensor(node.input[0]), b.tensor(node.input[1])], [b.output(node.output[0])], name=node.name)
+    return None
+
+
+@converter("Gemm")
+def _gemm(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """alpha * A' B' + beta * C: MatMul with C as its bias where C is a row (times beta, folded
+    when C is known), else an Add; alpha a Multiply after."""
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    inputs = [b.tensor(node.input[0]), b.tensor(node.input[1])]
+    c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    c_known = b.known(c) if c is not None else None
+    bias_in_matmul = c is not None and alpha == 1.0 and (
+        c_known is not None and c_known.ndim == 1 or beta == 1.0 and b.rank(c) == 1)
+    if bias_in_matmul and c is not None:
+        inputs.append(b.constant(c_known * np.asarray(beta, c_known.dtype)) if c_known is not None and beta != 1.0
+                      else b.tensor(c))
+    last = node.output[0] if (c is None or bias_in_matmul) and alpha == 1.0 else None
+    out = b.output(last) if last else b.new()
+    b.add("MatMul", inputs, [out], name=node.name, transpose_a=bool(attrs.get("transA", 0)),
+          transpose_b=bool(attrs.get("transB", 0)))
+    if alpha != 1.0:
+        scaled = b.output(node.output[0]) if c is None or bias_in_matmul else b.new()
+        b.add("Multiply", [out, b.constant(np.asarray(alpha, np.float32))], [scaled])
+        out = scaled
+    if c is not None and not bias_in_matmul:
+        term = b.tensor(c)
+        if beta != 1.0:
+            weighted = b.new()
+            b.add("Multiply", [term, b.constant(np.asarray(beta, np.float32))], [weighted])
+            term = weighted
+        b.add("Add", [out, term], [b.output(node.output[0])])
+    return None
+
+
+_UNARY = {"Relu": "ReLU", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
+          "Abs": "Abs", "Reciprocal": "Reciprocal", "Round": "Round", "HardSwish": "HardSwish", "Mish": "Mish",
+          "Softplus": "SoftPlus"}
+
+
+@converter(*_UNARY)
+def _unary(b: Builder, node: onnx.NodeProto, attrs: dict):
+    b.add(_UNARY[node.op_type], [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name)
+    return None
+
+
+@converter("Elu", "LeakyRelu", "HardSigmoid", "Gelu")
+def _unary_with_attrs(b: Builder, node: onnx.NodeProto, attrs: dict):
+    src, dst = [b.tensor(node.input[0])], [b.output(node.output[0])]
+    if node.op_type == "Elu":
+        b.add("Elu", src, dst, name=node.name, alpha=float(attrs.get("alpha", 1.0)))
+    elif node.op_type == "LeakyRelu":
+        b.add("LeakyReLU", src, dst, name=node.name, alpha=float(attrs.get("alpha", 0.01)))
+    elif node.op_type == "HardSigmoid":
+        b.add("HardSigmoid", src, dst, name=node.name, alpha=float(attrs.get("alpha", 0.2)),
+              beta=float(attrs.get("beta", 0.5)))
+    else:
+        approximate = attrs.get("approximate", b"none")
+        approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+        b.add("GELU", src, dst, name=node.name, mode="gelu_tanh" if approximate == "tanh" else "gelu_erf")
+    return None
+
+
+@converter("Clip")
+def _clip(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Clip's bounds are attributes before opset 11, optional known inputs after."""
+    low, high = attrs.get("min", -np.inf), attrs.get("max", np.inf)
+    for position in (1, 2):
+        if len(node.input) > position and node.input[position]:
+            value = b.known(node.input[position])
+            if value is None:
+                return False
+            if position == 1:
+                low = float(value)
+            else:
+                high = float(value)
+    b.add("Clamp", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          min=float(max(low, -3.4e38)), max=float(min(high, 3.4e38)))
+    return None
+
+
+_BINARY = {"Add": "Add", "Sub": "Subtract", "Mul": "Multiply", "Div": "Divide", "Max": "Maximum",
+           "Min": "Minimum", "Sum": "Add"}
+
+
+@converter(*_BINARY)
+def _binary(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Numpy broadcasting on both sides; ONNX's n-ary Max, Min and Sum as a chain."""
+    names = [name for name in node.input if name]
+    if len(names) == 1:
+        b.alias(node.output[0], names[0])
+        return None
+    left = b.tensor(names[0])
+    for i, name in enumerate(names[1:]):
+        out = b.output(node.output[0]) if i == len(names) - 2 else b.new()
+        b.add(_BINARY[node.op_type], [left, b.tensor(name)], [out], name=node.name, auto_broadcast="numpy")
+        left = out
+    return None
+
+
+@converter("Pow")
+def _pow(b: Builder, node: onnx.NodeProto, attrs: dict):
+    exponent = b.known(node.input[1])
+    if exponent is None or exponent.size != 1:
+        return False
+    b.add("Pow", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name, beta=float(exponent))
+    return None
+
+
+@converter("Where")
+def _where(b: Builder, node: onnx.NodeProto, attrs: dict):
+    b.add("Select", [b.tensor(name) for name in node.input], [b.output(node.output[0])], name=node.name)
+    return None
+
+
+@converter("Softmax", "LogSoftmax")
+def _softmax(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Before opset 13 the input is seen as 2-D, split at ``axis`` (default 1): a softmax over
+    ``axis`` where that is the last dim, else over the flattened trailing dims (reshaped to 2-D
+    and back, where the shape is known)."""
+    kind = "SoftMax" if node.op_type == "Softmax" else "LogSoftmax"
+    rank = b.rank(node.input[0])
+    if b.opset >= 13:
+        b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+              axis=int(attrs.get("axis", -1)))
+        return None
+    axis = int(attrs.get("axis", 1))
+    if rank is not None and axis % rank == rank - 1:
+        b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name, axis=rank - 1)
+        return None
+    shape = b.shape(node.input[0])
+    if shape is None:
+        return False
+    axis %= len(shape)
+    rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
+    flat = b.new(shape=(rows, cols))
+    b.add("StaticReshape", [b.tensor(node.input[0])], [flat], shape=[rows, cols], special_zero=False)
+    normalized = b.new(shape=(rows, cols))
+    b.add(kind, [flat], [normalized], name=node.name, axis=1)
+    b.add("StaticReshape", [normalized], [b.output(node.output[0])], shape=list(shape), special_zero=False)
+    return None
+
+
+@converter("Flatten")
+def _flatten(b: Builder, node: onnx.NodeProto, attrs: dict):
+    axis = int(attrs.get("axis", 1))
+    shape = b.shape(node.input[0])
+    if axis in (0, 1):
+        target = [1, -1] if axis == 0 else [0, -1]
+    elif shape is not None:
+        target = [int(np.prod(shape[:axis])), -1]
+    else:
+        return False
+    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          shape=target, special_zero=True)
+    return None
+
+
+@converter("Reshape")
+def _reshape(b: Builder, node: onnx.NodeProto, attrs: dict):
+    target = b.known(node.input[1])
+    if target is None:
+        return False
+    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          shape=[int(d) for d in target], special_zero=not attrs.get("allowzero", 0))
+    return None
+
+
+@converter("Squeeze", "Unsqueeze")
+def _squeeze(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """A reshape to the output shape shape inference found (axes move to an input at opset 13)."""
+    shape = b.shape(node.output[0])
+    if shape is None:
+        return False
+    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          shape=list(shape), special_zero=False)
+    return None
+
+
+@converter("Transpose")
+def _transpose(b: Builder, node: onnx.NodeProto, attrs: dict):
+    rank = b.rank(node.input[0])
+    perm = attrs.get("perm")
+    if perm is None:
+        if rank is None:
+            return False
+        perm = list(reversed(range(rank)))
+    b.add("StaticTranspose", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          order=[int(p) for p in perm])
+    return None
+
+
+@converter("Concat")
+def _concat(b: Builder, node: onnx.NodeProto, attrs: dict):
+    b.add("Concat", [b.tensor(name) for name in node.input if name], [b.output(node.output[0])], name=node.name,
+          axis=int(attrs["axis"]))
+    return None
+
+
+@converter("Cast")
+def _cast(b: Builder, node: onnx.NodeProto, attrs: dict):
+    dtype = DTYPES.get(int(attrs["to"]))
+    if dtype is None:
+        return False
+    b.add("TypeCast", [b.tensor(node.input[0])], [b.output(node.output[0], dtype)], name=node.name)
+    return None
+
+
+@converter("Identity", "Dropout")
+def _identity(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Inference: Dropout passes its input (a mask output some node reads is left to the
+    Wildcard)."""
+    if any(name in b.used for name in node.output[1:]) or attrs.get("training_mode"):
+        return False
+    b.alias(node.output[0], node.input[0])
+    return None
+
+
+_REDUCE = {"ReduceMean": "ReduceMean", "ReduceSum": "ReduceSum", "ReduceMax": "ReduceMax", "ReduceMin": "ReduceMin",
+           "ReduceProd": "ReduceProd", "ReduceL1": "ReduceL1", "ReduceL2": "ReduceL2"}
+
+
+@converter(*_REDUCE)
+def _reduce(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """``axes``: an attribute, or (ReduceSum from opset 13, the others from 18) a known input;
+    none means every axis unless ``noop_with_empty_axes``."""
+    axes = attrs.get("axes")
+    if len(node.input) > 1 and node.input[1]:
+        known = b.known(node.input[1])
+        if known is None:
+            return False
+        axes = [int(a) for a in known.reshape(-1)]
+    if not axes:
+        if attrs.get("noop_with_empty_axes", 0):
+            b.alias(node.output[0], node.input[0])
+            return None
+        rank = b.rank(node.input[0])
+        if rank is None:
+            return False
+        axes = list(range(rank))
+    b.add(_REDUCE[node.op_type], [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
+          axes=[int(a) for a in axes], keep_dims=bool(attrs.get("keepdims", 1)))
+    return None
+
+
+@converter("LayerNormalization")
+def _layer_norm(b: Builder, node: onnx.NodeProto, attrs: dict):
+    if len([o for o in node.output if o]) > 1:
+        return False
+    rank = b.rank(node.input[0])
+    axis = int(attrs.get("axis", -1))
+    if rank is None or axis % rank != rank - 1:
+        return False  # oneDNN normalizes over the last dim with a scale of that dim
+    inputs = [b.tensor(name) for name in node.input if name]
+    if len(inputs) == 2:
+        inputs.append(b.constant(np.zeros(b.shape(node.input[1]) or (1,), np.float32)))
+    b.add("LayerNorm", inputs, [b.output(node.output[0])], name=node.name, begin_norm_axis=-1,
+          epsilon=float(attrs.get("epsilon", 1e-5)), use_affine=True, keep_stats=False)
+    return None
