@@ -1,5 +1,5 @@
 """The ``triodnn`` command line: ``info`` lists devices, ``demo`` runs the async pipeline demo,
-``graph`` runs, checks and times serialized oneDNN graphs."""
+``graph`` runs, checks and times serialized oneDNN graphs, ``onnx`` ONNX models."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ from .actors import (
     unusable_devices,
 )
 from .testing import run_benchdnn_runs, run_demo
+
+try:  # the onnx extra: without it, `triodnn onnx` says what to install
+    from .onnx import check_model as check_onnx_model
+    ONNX_MISSING = ""
+except ImportError as exc:
+    check_onnx_model = None  # type: ignore[assignment]
+    ONNX_MISSING = str(exc)
 from .testing._benchdnn import parse as parse_harness
 from .testing._benchdnn import trailing_options
 
@@ -110,6 +117,38 @@ def _graph(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "FAILED" for r in results) else 0
 
 
+def _onnx(args: argparse.Namespace) -> int:
+    """An ONNX model checked against the data sets beside it (or ONNX's reference evaluator) and
+    timed; one line per data set, then the timing and the totals. A FAILED data set exits 1."""
+    if check_onnx_model is None:
+        print(f"triodnn onnx: needs the onnx package (pip install 'triodnn[onnx]'): {ONNX_MISSING}", file=sys.stderr)
+        return 2
+    shapes = {}
+    for item in args.input_shape or ():
+        name, _, dims = item.rpartition(":")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            print(f"triodnn onnx: --input-shape {item!r} is not NAME:AxBxC", file=sys.stderr)
+            return 2
+    _set_verbose(args.verbose)
+    result = trio.run(lambda: check_onnx_model(args.model, engine_spec=args.engine, mode=args.mode,
+                                               repeat=args.repeat, input_shapes=shapes))
+    for i, check in enumerate(result.data_sets):
+        status = "PASSED" if check.passed else "FAILED"
+        detail = f"; {check.detail}" if check.detail else ""
+        print(f"{i}:{status} {args.model} {check.name}: max abs error {check.max_abs_error:.3g}{detail}")
+    if result.times_ms:
+        times = result.times_ms
+        print(f"perf: {args.model} on {result.engine}: min {min(times):.3f} ms avg {sum(times) / len(times):.3f} ms "
+              f"over {len(times)} runs, each awaited")
+    if result.wildcard_ops:
+        print(f"note: {result.wildcard_ops} node(s) without a converter ran through ONNX's reference evaluator")
+    failed = sum(not c.passed for c in result.data_sets)
+    print(f"tests:{len(result.data_sets)} passed:{len(result.data_sets) - failed} failed:{failed}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triodnn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +205,21 @@ def main(argv: list[str] | None = None) -> int:
                        help="record a trace of the run to FILE (Chrome JSON: ui.perfetto.dev, chrome://tracing)")
     graph.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
     graph.set_defaults(run=_graph)
+    onnx_command = commands.add_parser(
+        "onnx", help="check (--mode C) or time (--mode P) an ONNX model",
+        description="Runs MODEL on the data sets beside it (test_data_set_N/input_K.pb, output_K.pb, as ONNX's "
+                    "model directories keep them) and compares with their outputs (rtol 1e-3, atol 1e-7); "
+                    "without data sets, on drawn inputs against ONNX's reference evaluator. Input errors exit 2, "
+                    "a FAILED data set 1. Needs the onnx extra.")
+    onnx_command.add_argument("model", help="an ONNX model file")
+    onnx_command.add_argument("--engine", help="KIND[:INDEX], e.g. cpu or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")
+    onnx_command.add_argument("--mode", choices=("C", "P", "CP"), default="C",
+                              help="C: check the outputs (default); P: time runs; CP: both")
+    onnx_command.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
+    onnx_command.add_argument("--input-shape", action="append", metavar="NAME:AxBxC",
+                              help="fix the shape of an input the model leaves symbolic (repeatable)")
+    onnx_command.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")
+    onnx_command.set_defaults(run=_onnx)
     args = parser.parse_args(argv)
     if args.command == "graph":
         # benchdnn reads its options in order; argparse does not keep it.

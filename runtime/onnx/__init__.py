@@ -11,14 +11,19 @@ engine; nodes become oneDNN Graph ops (``_nodes.CONVERTERS``, by ONNX op type), 
 caches, ``map``, dynamic batching and engine pools apply as to any graph. A node without a
 converter becomes a ``Wildcard`` op; ``handlers()`` runs those through ONNX's reference
 evaluator on the host. ``triodnn.onnx.backend`` is ONNX's backend interface over a blocking
-portal (``prepare(model, device).run(inputs)``), the way ONNX's own backend tests drive it.
+portal (``prepare(model, device).run(inputs)``), the way ONNX's own backend tests drive it;
+``check_model`` checks a model against the data sets beside it and times it (``triodnn onnx``).
 """
 
 from ._builder import Builder as Builder
 from ._builder import OnnxImportError as OnnxImportError
+from ._check import DataSetCheck as DataSetCheck
+from ._check import ModelCheck as ModelCheck
+from ._check import check_model as check_model
 from ._import import OnnxGraph as OnnxGraph
 from ._import import from_onnx as from_onnx
 from ._import import load_model as load_model
 from ._nodes import CONVERTERS as CONVERTERS
 
-__all__ = ["CONVERTERS", "Builder", "OnnxGraph", "OnnxImportError", "from_onnx", "load_model"]
+__all__ = ["CONVERTERS", "Builder", "DataSetCheck", "ModelCheck", "OnnxGraph", "OnnxImportError", "check_model",
+           "from_onnx", "load_model"]

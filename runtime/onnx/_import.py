@@ -109,6 +109,9 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     given = dict(input_shapes or {})
     if given:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)  # the caller's model keeps its symbolic dims
+        proto = copy
         for info in proto.graph.input:
             if info.name in given:
                 dims = info.type.tensor_type.shape.dim

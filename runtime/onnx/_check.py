@@ -1,0 +1,155 @@
+"""A model checked against outputs no one here computed, and timed: what ``triodnn onnx`` runs.
+
+ONNX's model directories (the model zoo's, the ``onnx`` wheel's test data) keep
+``test_data_set_N/input_K.pb`` and ``output_K.pb`` beside ``model.onnx``: each data set runs and
+its outputs are compared with the shipped ones at ONNX's model-test tolerance (rtol 1e-3, atol
+1e-7). A model without data sets runs on inputs drawn here (normal, seed 0; a symbolic dim is 1)
+against ONNX's reference evaluator. Symbolic dims take the first data set's sizes. ``mode`` P
+times ``repeat`` runs of the first data set, each awaited (wall time of one request, as a
+pipeline's caller sees it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+
+import attrs
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import onnx.reference
+
+from .._runtime import open_runtime, parse_engine_spec
+from ..graph import compile_graph
+from ._builder import OnnxImportError
+from ._import import from_onnx, load_model
+
+RTOL, ATOL = 1e-3, 1e-7
+
+
+@attrs.frozen
+class DataSetCheck:
+    """One data set's outcome: whether every output is within tolerance, and the largest
+    absolute difference from the expected outputs."""
+
+    name: str
+    passed: bool
+    max_abs_error: float
+    detail: str = ""
+
+
+@attrs.frozen
+class ModelCheck:
+    """``check_model``'s result: the engine, each data set's check (mode C), and the wall
+    times in ms of the timed runs (mode P)."""
+
+    model: str
+    engine: str
+    data_sets: tuple[DataSetCheck, ...]
+    times_ms: tuple[float, ...]
+    wildcard_ops: int
+
+    @property
+    def passed(self) -> bool:
+        return all(d.passed for d in self.data_sets)
+
+
+def data_sets(model_path: str, model: onnx.ModelProto) -> list[tuple[str, list[np.ndarray], list[np.ndarray] | None]]:
+    """``(name, inputs, expected outputs)`` of each ``test_data_set_*`` beside ``model_path``;
+    without any, one drawn set whose outputs the reference evaluator gives."""
+    folder = os.path.dirname(os.path.abspath(model_path))
+    found = sorted((d for d in os.listdir(folder) if re.fullmatch(r"test_data_set_\d+", d)),
+                   key=lambda d: int(d.rsplit("_", 1)[1]))
+    if found:
+        return [(name, _tensors(os.path.join(folder, name), "input"), _tensors(os.path.join(folder, name), "output"))
+                for name in found]
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = []
+    for info in model.graph.input:
+        if info.name in inits:
+            continue
+        t = info.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        inputs.append(rng.standard_normal(dims).astype(dtype))
+    return [("drawn (seed 0)", inputs, None)]
+
+
+def _tensors(folder: str, prefix: str) -> list[np.ndarray]:
+    names = sorted((f for f in os.listdir(folder) if re.fullmatch(rf"{prefix}_\d+\.pb", f)),
+                   key=lambda f: int(f[len(prefix) + 1:-3]))
+    return [onnx.numpy_helper.to_array(onnx.load_tensor(os.path.join(folder, f))) for f in names]
+
+
+def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float, str]:
+    """Whether every output is within ONNX's model-test tolerance, the largest difference, and
+    what went wrong where one is not."""
+    if len(got) != len(want):
+        return False, float("inf"), f"{len(got)} outputs, {len(want)} expected"
+    worst, detail = 0.0, ""
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            return False, float("inf"), f"output {i} has shape {g.shape}, expected {w.shape}"
+        diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+        worst = max(worst, float(diff.max(initial=0.0)))
+        bad = diff > ATOL + RTOL * np.abs(w.astype(np.float64))
+        if bad.any() and not detail:
+            first = tuple(int(x) for x in np.argwhere(bad)[0])
+            detail = f"output {i}: {int(bad.sum())} of {bad.size} outside tolerance; at {first} {g[first]} vs {w[first]}"
+    return not detail, worst, detail
+
+
+async def check_model(model_path: str, *, engine_spec: str | None = None, mode: str = "C", repeat: int = 20,
+                      input_shapes: Mapping[str, tuple] | None = None) -> ModelCheck:
+    """Check (``mode`` containing C) and time (P) the model at ``model_path`` on the engine
+    ``engine_spec`` names (default: the default engine)."""
+    if mode not in ("C", "P", "CP"):
+        raise OnnxImportError(f"mode {mode!r} is not C, P or CP")
+    if repeat < 1:
+        raise OnnxImportError(f"repeat {repeat} must be at least 1")
+    model = load_model(model_path)
+    sets = data_sets(model_path, model)
+    # Symbolic dims take the first data set's sizes: a static graph compiles once, and nodes
+    # left to handlers need their output shapes.
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    shapes = {name: tuple(a.shape) for name, a in zip(names, sets[0][1])} | dict(input_shapes or {})
+    onnx_graph = from_onnx(model, input_shapes=shapes)
+    async with open_runtime() as rt:
+        engine = await (rt.engine(*parse_engine_spec(engine_spec)) if engine_spec else rt.engine())
+        runner = await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants,
+                                     handlers=onnx_graph.handlers())
+        stream = await engine.stream()
+        names = list(onnx_graph.inputs)
+
+        async def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
+            results = await runner.run(stream, {onnx_graph.inputs[n]: a for n, a in zip(names, inputs)})
+            return [results[i] for i in onnx_graph.outputs.values()]
+
+        checks = []
+        if "C" in mode:
+            for name, inputs, expected in sets:
+                if len(inputs) != len(names):
+                    checks.append(DataSetCheck(name, False, float("inf"),
+                                               f"{len(inputs)} inputs in the data set; the model takes {len(names)}"))
+                    continue
+                if expected is None:
+                    expected = [np.asarray(r) for r in onnx.reference.ReferenceEvaluator(model).run(
+                        None, dict(zip(names, inputs)))]
+                passed, worst, detail = compare(await run(inputs), expected)
+                checks.append(DataSetCheck(name, passed, worst, detail))
+        times = []
+        if "P" in mode:
+            inputs = sets[0][1]
+            await run(inputs)  # the first run uploads the constants
+            for _ in range(repeat):
+                started = time.perf_counter()
+                await run(inputs)
+                times.append((time.perf_counter() - started) * 1e3)
+        label = f"{engine.kind}:{engine.index} ({engine.info.name})"
+    return ModelCheck(model_path, label, tuple(checks), tuple(times), len(onnx_graph.wildcard_nodes))

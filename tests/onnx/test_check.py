@@ -1,0 +1,63 @@
+"""``triodnn onnx`` and ``triodnn.onnx.check_model``: a model from ONNX's test data checked against
+the data set shipped beside it, a model without data sets against the reference evaluator, a
+wrong expected output reported as FAILED (exit 1), input errors (exit 2)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import trio
+from onnx import TensorProto, helper, numpy_helper
+
+import triodnn.onnx
+from triodnn._cli import main
+
+DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "pytorch-converted")
+
+
+def test_a_shipped_model_passes_and_is_timed(capsys):
+    model = os.path.join(DATA, "test_Conv2d", "model.onnx")
+    assert main(["onnx", model, "--mode", "CP", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"0:PASSED {model} test_data_set_0: max abs error ")
+    assert out[1].startswith(f"perf: {model} on cpu:0 (") and out[1].endswith("over 3 runs, each awaited")
+    assert out[-1] == "tests:1 passed:1 failed:0"
+
+
+def test_a_wrong_expected_output_fails(tmp_path, capsys):
+    shutil.copytree(os.path.join(DATA, "test_Linear"), tmp_path / "m")
+    out_file = tmp_path / "m" / "test_data_set_0" / "output_0.pb"
+    want = numpy_helper.to_array(onnx.load_tensor(str(out_file)))
+    onnx.save_tensor(numpy_helper.from_array(want + 1.0), str(out_file))
+    assert main(["onnx", str(tmp_path / "m" / "model.onnx")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("0:FAILED") and f"output 0: {want.size} of {want.size} outside tolerance" in out[0]
+    assert out[-1] == "tests:1 passed:0 failed:1"
+
+
+def test_without_data_sets_the_reference_evaluator_decides(tmp_path):
+    """A symbolic batch dim runs as 1; the LRN node runs through its handler (one Wildcard)."""
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["l"], size=3), helper.make_node("Sigmoid", ["l"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 5, 5])])
+    path = tmp_path / "lrn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    result = trio.run(lambda: triodnn.onnx.check_model(str(path), mode="CP", repeat=2))
+    assert result.passed and result.wildcard_ops == 1 and len(result.times_ms) == 2
+    (check,) = result.data_sets
+    assert check.name == "drawn (seed 0)" and check.max_abs_error < 1e-6
+
+
+def test_input_errors_exit_2(tmp_path, capsys):
+    assert main(["onnx", str(tmp_path / "missing.onnx")]) == 2
+    assert "OnnxImportError: no ONNX model at" in capsys.readouterr().err
+    assert main(["onnx", os.path.join(DATA, "test_Conv2d", "model.onnx"), "--input-shape", "x:3xq"]) == 2
+    assert "--input-shape 'x:3xq' is not NAME:AxBxC" in capsys.readouterr().err
+    with pytest.raises(triodnn.onnx.OnnxImportError, match="mode 'X' is not C, P or CP"):
+        trio.run(lambda: triodnn.onnx.check_model(os.path.join(DATA, "test_Conv2d", "model.onnx"), mode="X"))
+    assert np.isinf(triodnn.onnx._check.compare([np.zeros(2)], [np.zeros(3)])[1])
