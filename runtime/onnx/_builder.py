@@ -73,6 +73,15 @@ class Builder:
             return tuple(lt.shape)
         return self._shapes.get(name)
 
+    def dtype(self, name: str) -> str | None:
+        """``name``'s triodnn dtype where known."""
+        if name in self.values:
+            array = self.values[name]
+            return next((d for d, t in _NUMPY.items() if array.dtype == t), None)
+        if name in self.tensors:
+            return self.tensors[name].dtype
+        return self._dtypes.get(name)
+
     def rank(self, name: str) -> int | None:
         shape = self.shape(name)
         if shape is not None:

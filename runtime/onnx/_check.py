@@ -128,7 +128,9 @@ async def check_model(model_path: str, *, engine_spec: str | None = None, mode: 
         names = list(onnx_graph.inputs)
 
         async def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
-            results = await runner.run(stream, {onnx_graph.inputs[n]: a for n, a in zip(names, inputs)})
+            used = onnx_graph.graph_inputs
+            results = await runner.run(stream, {onnx_graph.inputs[n]: a for n, a in zip(names, inputs)
+                                                if onnx_graph.inputs[n] in used})
             return [results[i] for i in onnx_graph.outputs.values()]
 
         checks = []

@@ -45,6 +45,12 @@ class OnnxGraph:
     wildcard_nodes: dict[int, onnx.NodeProto] = attrs.field(repr=False)
     opset: int
 
+    @property
+    def graph_inputs(self) -> frozenset[int]:
+        """Ids of the inputs some op reads: a model input no converted node reads (an axes
+        input shape inference made known, say) is not fed to the graph."""
+        return frozenset(lt.id for lt in self.graph.input_tensors())
+
     def handlers(self) -> dict:
         """A handler for every Wildcard op: its ONNX node run by ``onnx.reference`` on the host
         (``compile_graph(..., handlers=onnx_graph.handlers())``)."""
@@ -137,8 +143,14 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     for node in proto.graph.node:
         _convert(b, node, table)
     outputs: dict[str, int] = {}
+    produced = {lt.id for op in b.graph.ops for lt in op.outputs}
     for info in proto.graph.output:
-        outputs[info.name] = b.tensor(info.name).id
+        lt = b.tensor(info.name)
+        if lt.id not in produced:  # an input or a constant passed straight through: a copy
+            copy = b.new(lt.dtype, lt.shape)
+            b.add("Reorder", [lt], [copy], name=f"output {info.name}")
+            lt = copy
+        outputs[info.name] = lt.id
     return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset)
 
 

@@ -67,6 +67,10 @@ def _pool(b: Builder, node: onnx.NodeProto, attrs: dict):
     if nsp is None or len([o for o in node.output if o]) > 1:  # MaxPool's indices
         return False
     begin, end = _pads(attrs, nsp)
+    if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
+        return False  # oneDNN's AvgPool has no dilations
+    if attrs.get("ceil_mode", 0) and not _ceil_windows_agree(b, node, attrs, nsp, begin, end):
+        return False
     common = dict(strides=list(attrs.get("strides", [1] * nsp)), kernel=list(attrs["kernel_shape"]),
                   pads_begin=begin, pads_end=end, data_format="NCX", auto_pad=_auto_pad(attrs),
                   rounding_type="ceil" if attrs.get("ceil_mode", 0) else "floor")
@@ -77,6 +81,23 @@ def _pool(b: Builder, node: onnx.NodeProto, attrs: dict):
         b.add("AvgPool", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
               exclude_pad=not attrs.get("count_include_pad", 0), **common)
     return None
+
+
+def _ceil_windows_agree(b: Builder, node: onnx.NodeProto, attrs: dict, nsp: int, begin: list, end: list) -> bool:
+    """ONNX's ceil mode drops a last window that would start in the end padding; oneDNN's keeps
+    it. Where that happens (or the input shape is unknown) the node is left to the Wildcard."""
+    shape = b.shape(node.input[0])
+    if shape is None:
+        return False
+    strides = attrs.get("strides", [1] * nsp)
+    dilations = attrs.get("dilations", [1] * nsp)
+    for i in range(nsp):
+        size = shape[2 + i]
+        window = (attrs["kernel_shape"][i] - 1) * dilations[i] + 1
+        out = -(-(size + begin[i] + end[i] - window) // strides[i]) + 1
+        if (out - 1) * strides[i] >= size + begin[i]:
+            return False
+    return True
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")
@@ -182,6 +203,12 @@ def _clip(b: Builder, node: onnx.NodeProto, attrs: dict):
     return None
 
 
+def _integers(b: Builder, names) -> bool:
+    """Whether any of ``names`` is an integer tensor: triodnn's arithmetic computes in f32 (s64
+    refused, integer division not truncated), so such nodes are left to the Wildcard."""
+    return any(b.dtype(name) in ("s8", "u8", "s32", "s64") for name in names if name)
+
+
 _BINARY = {"Add": "Add", "Sub": "Subtract", "Mul": "Multiply", "Div": "Divide", "Max": "Maximum",
            "Min": "Minimum", "Sum": "Add"}
 
@@ -193,6 +220,8 @@ def _binary(b: Builder, node: onnx.NodeProto, attrs: dict):
     if len(names) == 1:
         b.alias(node.output[0], names[0])
         return None
+    if _integers(b, names):
+        return False
     left = b.tensor(names[0])
     for i, name in enumerate(names[1:]):
         out = b.output(node.output[0]) if i == len(names) - 2 else b.new()
@@ -212,6 +241,8 @@ def _pow(b: Builder, node: onnx.NodeProto, attrs: dict):
 
 @converter("Where")
 def _where(b: Builder, node: onnx.NodeProto, attrs: dict):
+    if _integers(b, node.input[1:]):
+        return False
     b.add("Select", [b.tensor(name) for name in node.input], [b.output(node.output[0])], name=node.name)
     return None
 
@@ -327,6 +358,8 @@ _REDUCE = {"ReduceMean": "ReduceMean", "ReduceSum": "ReduceSum", "ReduceMax": "R
 def _reduce(b: Builder, node: onnx.NodeProto, attrs: dict):
     """``axes``: an attribute, or (ReduceSum from opset 13, the others from 18) a known input;
     none means every axis unless ``noop_with_empty_axes``."""
+    if _integers(b, node.input[:1]) or 0 in (b.shape(node.input[0]) or ()):
+        return False
     axes = attrs.get("axes")
     if len(node.input) > 1 and node.input[1]:
         known = b.known(node.input[1])

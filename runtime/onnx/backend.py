@@ -74,7 +74,11 @@ class TriodnnRep(BackendRep):
             arrays = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
             if len(arrays) != len(names):
                 raise InvalidArgumentError(f"{len(arrays)} inputs given; the model takes {len(names)}: {names}")
-        feeds = {self.onnx_graph.inputs[name]: np.asarray(a) for name, a in zip(names, arrays)}
+        # A model input no node reads (an axes input a converter took from shape inference)
+        # is not a graph input.
+        used = self.onnx_graph.graph_inputs
+        feeds = {self.onnx_graph.inputs[name]: np.asarray(a) for name, a in zip(names, arrays)
+                 if self.onnx_graph.inputs[name] in used}
         results = self._runner.run(self._stream, feeds)
         outputs = self.onnx_graph.outputs
         return namedtupledict("Outputs", list(outputs))(*[results[lt_id] for lt_id in outputs.values()])
