@@ -115,9 +115,9 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     given = dict(input_shapes or {})
     if given:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(proto)  # the caller's model keeps its symbolic dims
-        proto = copy
+        own = onnx.ModelProto()
+        own.CopyFrom(proto)  # the caller's model keeps its symbolic dims
+        proto = own
         for info in proto.graph.input:
             if info.name in given:
                 dims = info.type.tensor_type.shape.dim
@@ -147,9 +147,9 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     for info in proto.graph.output:
         lt = b.tensor(info.name)
         if lt.id not in produced:  # an input or a constant passed straight through: a copy
-            copy = b.new(lt.dtype, lt.shape)
-            b.add("Reorder", [lt], [copy], name=f"output {info.name}")
-            lt = copy
+            passed = b.new(lt.dtype, lt.shape)
+            b.add("Reorder", [lt], [passed], name=f"output {info.name}")
+            lt = passed
         outputs[info.name] = lt.id
     return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset)
 
