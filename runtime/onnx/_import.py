@@ -154,10 +154,16 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset)
 
 
+# Random nodes differ at every run; a DequantizeLinear of int8 weights stays an op, so the int8
+# patterns (Dequantize -> Convolution / MatMul -> Quantize) still fuse.
+_NOT_FOLDED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                         "DequantizeLinear", "QuantizeLinear"})
+
+
 def _convert(b: Builder, node: onnx.NodeProto, table: Mapping[str, Callable]) -> None:
     present = [name for name in node.input if name]
     if node.domain in ("", "ai.onnx") and all(b.known(name) is not None for name in present) \
-            and node.op_type not in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"):
+            and node.op_type not in _NOT_FOLDED:
         for name, value in zip([n for n in node.output if n], run_node(node, [b.values[n] for n in present], b.opset)):
             b.values[name] = value
         return

@@ -393,3 +393,67 @@ def _layer_norm(b: Builder, node: onnx.NodeProto, attrs: dict):
     b.add("LayerNorm", inputs, [b.output(node.output[0])], name=node.name, begin_norm_axis=-1,
           epsilon=float(attrs.get("epsilon", 1e-5)), use_affine=True, keep_stats=False)
     return None
+
+
+@converter("ConvTranspose")
+def _conv_transpose(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """ONNX's weights are (C_in, C_out / group, k...): oneDNN's IOX. ``output_shape`` (pads
+    worked out from a target) is left to the Wildcard."""
+    if "output_shape" in attrs:
+        return False
+    nsp = _spatial(b, node, attrs)
+    if nsp is None:
+        return False
+    begin, end = _pads(attrs, nsp)
+    inputs = [b.tensor(name) for name in node.input if name]
+    b.add("ConvTranspose", inputs, [b.output(node.output[0])], name=node.name,
+          strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
+          dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
+          output_padding=list(attrs.get("output_padding", [0] * nsp)), auto_pad=_auto_pad(attrs),
+          data_format="NCX", weights_format="IOX")
+    return None
+
+
+@converter("PRelu")
+def _prelu(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """From opset 7 ONNX broadcasts the slope numpy-style against the input: a known slope gets
+    the input's rank (leading ones), as oneDNN's PReLU takes it without per-channel
+    broadcasting."""
+    slope, rank = b.known(node.input[1]), b.rank(node.input[0])
+    if slope is None or rank is None or slope.ndim > rank:
+        return False
+    if b.opset < 7 and slope.ndim == 1:  # before opset 7 a 1-D slope is per channel (axis 1)
+        b.add("PReLU", [b.tensor(node.input[0]), b.tensor(node.input[1])], [b.output(node.output[0])],
+              name=node.name, data_format="NCX", per_channel_broadcast=True)
+        return None
+    shaped = b.constant(slope.reshape((1,) * (rank - slope.ndim) + slope.shape))
+    b.add("PReLU", [b.tensor(node.input[0]), shaped], [b.output(node.output[0])], name=node.name,
+          data_format="NCX", per_channel_broadcast=False)
+    return None
+
+
+@converter("QuantizeLinear", "DequantizeLinear")
+def _quantize(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Known scales and zero points, per tensor or per axis: oneDNN's Quantize / Dequantize
+    (u8 and s8; a zero point's type is the quantized type, u8 without one). Blocked
+    quantization and other types are left to the Wildcard."""
+    scale = b.known(node.input[1])
+    zp_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    zp = b.known(zp_name) if zp_name else np.zeros((), np.uint8)
+    if scale is None or zp is None or attrs.get("block_size", 0) or zp.dtype not in (np.uint8, np.int8) \
+            or scale.dtype != np.float32:
+        return False
+    per_axis = scale.ndim == 1 and scale.size > 1
+    rank = b.rank(node.input[0])
+    if per_axis and rank is None:
+        return False
+    axis = int(attrs.get("axis", 1)) % rank if per_axis and rank else 1
+    zps = [int(z) for z in np.broadcast_to(zp, scale.shape).reshape(-1)]
+    common = dict(qtype="per_channel" if per_axis else "per_tensor", axis=axis,
+                  scales=[float(s) for s in scale.reshape(-1)], zps=zps)
+    if node.op_type == "QuantizeLinear":
+        qtype = "u8" if zp.dtype == np.uint8 else "s8"
+        b.add("Quantize", [b.tensor(node.input[0])], [b.output(node.output[0], qtype)], name=node.name, **common)
+    else:
+        b.add("Dequantize", [b.tensor(node.input[0])], [b.output(node.output[0], "f32")], name=node.name, **common)
+    return None

@@ -38,6 +38,9 @@ NODE_CASES = (
     "squeeze", "unsqueeze_axis_1", "reduce_mean_keepdims_example", "reduce_sum_keepdims_example",
     "reduce_max_do_not_keepdims_example", "layer_normalization_2d_axis_negative_1", "where_example",
     "cast_FLOAT_to_FLOAT16", "div_int32_trunc", "maxpool_2d_ceil_output_size_reduce_by_one",
+    "convtranspose", "convtranspose_pads", "convtranspose_dilations", "convtranspose_group_2",
+    "convtranspose_output_shape", "prelu_example", "prelu_broadcast", "quantizelinear", "quantizelinear_axis",
+    "dequantizelinear", "dequantizelinear_axis",
 )
 
 INCLUDED = [

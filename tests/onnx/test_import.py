@@ -176,3 +176,30 @@ def test_bad_models_and_inputs_are_named():
                      [_value("y", [2], TensorProto.STRING)])
     with pytest.raises(triodnn.UnsupportedError, match="input 'x' has ONNX element type 8"):
         triodnn.onnx.from_onnx(strings)
+
+
+async def test_a_qdq_convolution_fuses_into_one_int8_partition(engine, rng):
+    """QuantizeLinear/DequantizeLinear around a Conv with per-channel int8 weights: the weights'
+    DequantizeLinear is not folded, so the graph is oneDNN's int8 pattern and compiles to one
+    partition; results within one output quantum of the reference evaluator's."""
+    w = rng.integers(-20, 20, (8, 4, 3, 3)).astype(np.int8)
+    initializers = [("xs", np.array(0.05, np.float32)), ("xz", np.array(128, np.uint8)), ("w", w),
+                    ("ws", np.full(8, 0.01, np.float32)), ("wz", np.zeros(8, np.int8)),
+                    ("ys", np.array(0.1, np.float32)), ("yz", np.array(128, np.uint8))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    model = _model(nodes, [_value("x", [1, 4, 8, 8])], [_value("y", [1, 8, 8, 8])], initializers, opset=19)
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    assert _kinds(onnx_graph) == {"Quantize": 2, "Dequantize": 3, "Convolution": 1, "ReLU": 1}
+    runner = await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants)
+    assert len(runner.compiled_partitions) == 1
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    y = (await runner.run(await engine.stream(), {onnx_graph.inputs["x"]: x}))[onnx_graph.outputs["y"]]
+    (want,) = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
+    assert np.abs(y - want).max() <= 0.1 + 1e-6  # a rounding tie lands on either neighbour
+    assert np.mean(y == want) > 0.95
