@@ -133,7 +133,7 @@ def _onnx(args: argparse.Namespace) -> int:
             return 2
     _set_verbose(args.verbose)
     result = trio.run(lambda: check_onnx_model(args.model, engine_spec=args.engine, mode=args.mode,
-                                               repeat=args.repeat, input_shapes=shapes))
+                                               repeat=args.repeat, input_shapes=shapes, batch=args.batch))
     for i, check in enumerate(result.data_sets):
         status = "PASSED" if check.passed else "FAILED"
         detail = f"; {check.detail}" if check.detail else ""
@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     onnx_command.add_argument("--mode", choices=("C", "P", "CP"), default="C",
                               help="C: check the outputs (default); P: time runs; CP: both")
     onnx_command.add_argument("--repeat", type=int, default=20, help="timed runs in --mode P (default 20)")
+    onnx_command.add_argument("--batch", type=int, metavar="N",
+                              help="run each data set's sample N times in one request (inputs of batch 1 "
+                                   "repeated along the first dim; the model's batch dim must be symbolic)")
     onnx_command.add_argument("--input-shape", action="append", metavar="NAME:AxBxC",
                               help="fix the shape of an input the model leaves symbolic (repeatable)")
     onnx_command.add_argument("--verbose", type=int, choices=(0, 1, 2), help="TRIODNN_VERBOSE level for this run")

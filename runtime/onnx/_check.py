@@ -104,16 +104,30 @@ def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[bool, float,
     return not detail, worst, detail
 
 
+def batched(sets: list, batch: int) -> list:
+    """Each data set's inputs and expected outputs of batch 1 repeated ``batch`` times along the
+    first dim (a batch of the same sample, whose outputs are the sample's repeated)."""
+    def repeat(arrays):
+        return None if arrays is None else [np.repeat(a, batch, axis=0) if a.ndim and a.shape[0] == 1 else a
+                                            for a in arrays]
+    return [(f"{name} x{batch}", repeat(inputs), repeat(expected)) for name, inputs, expected in sets]
+
+
 async def check_model(model_path: str, *, engine_spec: str | None = None, mode: str = "C", repeat: int = 20,
-                      input_shapes: Mapping[str, tuple] | None = None) -> ModelCheck:
+                      input_shapes: Mapping[str, tuple] | None = None, batch: int | None = None) -> ModelCheck:
     """Check (``mode`` containing C) and time (P) the model at ``model_path`` on the engine
-    ``engine_spec`` names (default: the default engine)."""
+    ``engine_spec`` names (default: the default engine). ``batch`` runs each data set's sample
+    that many times in one request (inputs of batch 1 repeated along the first dim)."""
     if mode not in ("C", "P", "CP"):
         raise OnnxImportError(f"mode {mode!r} is not C, P or CP")
     if repeat < 1:
         raise OnnxImportError(f"repeat {repeat} must be at least 1")
+    if batch is not None and batch < 1:
+        raise OnnxImportError(f"batch {batch} must be at least 1")
     model = load_model(model_path)
     sets = data_sets(model_path, model)
+    if batch is not None and batch > 1:
+        sets = batched(sets, batch)
     # Symbolic dims take the first data set's sizes: a static graph compiles once, and nodes
     # left to handlers need their output shapes.
     inits = {t.name for t in model.graph.initializer}

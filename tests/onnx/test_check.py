@@ -53,6 +53,25 @@ def test_without_data_sets_the_reference_evaluator_decides(tmp_path):
     assert check.name == "drawn (seed 0)" and check.max_abs_error < 1e-6
 
 
+def test_a_batch_repeats_the_sample(tmp_path, capsys):
+    """A model with a symbolic batch dim and a data set of batch 1, run as a batch of 4."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])])
+    folder = tmp_path / "m"
+    (folder / "test_data_set_0").mkdir(parents=True)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(folder / "model.onnx"))
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(1, 6)
+    r = np.maximum(x, 0).astype(np.float64)
+    want = np.exp(r) / np.exp(r).sum(1, keepdims=True)
+    onnx.save_tensor(numpy_helper.from_array(x), str(folder / "test_data_set_0" / "input_0.pb"))
+    onnx.save_tensor(numpy_helper.from_array(want.astype(np.float32)), str(folder / "test_data_set_0" / "output_0.pb"))
+    assert main(["onnx", str(folder / "model.onnx"), "--batch", "4"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"0:PASSED {folder / 'model.onnx'} test_data_set_0 x4:")
+
+
 def test_input_errors_exit_2(tmp_path, capsys):
     assert main(["onnx", str(tmp_path / "missing.onnx")]) == 2
     assert "OnnxImportError: no ONNX model at" in capsys.readouterr().err

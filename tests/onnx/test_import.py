@@ -203,3 +203,29 @@ async def test_a_qdq_convolution_fuses_into_one_int8_partition(engine, rng):
     (want,) = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
     assert np.abs(y - want).max() <= 0.1 + 1e-6  # a rounding tie lands on either neighbour
     assert np.mean(y == want) > 0.95
+
+
+async def test_an_exported_attention_block_runs_as_one_sdpa_kernel(engine, rng):
+    """Transpose(K) -> MatMul -> Div by sqrt(D) -> Add mask -> Softmax -> MatMul, as torch exports
+    attention: one partition, one SDPA primitive, against float64 numpy."""
+    b, h, s, d = 1, 4, 32, 16
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    shapes = {"q": [b, h, s, d], "k": [b, h, s, d], "v": [b, h, s, d], "mask": [b, 1, s, s]}
+    model = _model(nodes, [_value(n, shape) for n, shape in shapes.items()], [_value("o", [b, h, s, d])],
+                   [("scale", np.array(np.sqrt(d), np.float32))])
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    runner = await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants)
+    (partition,) = runner.compiled_partitions
+    assert [p.impl.split(":")[1] for p in partition.primitives] == ["sdpa"]
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n, shape in shapes.items()}
+    o = (await runner.run(await engine.stream(), {onnx_graph.inputs[n]: a for n, a in feeds.items()}))[
+        onnx_graph.outputs["o"]]
+    q, k, v, mask = (feeds[n].astype(np.float64) for n in ("q", "k", "v", "mask"))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + mask
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(o, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
