@@ -151,12 +151,19 @@ def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
 
 
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> MmaTile:
-    groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
     fitting = [TILES[name] for name in PREFERENCE
                if TILES[name].threads <= config.local_size
                and max(TILES[name].local_bytes(True), TILES[name].local_bytes(False)) <= config.local_memory]
+    return first_filling(fitting, m, n, nbatch, MIN_GROUPS)
+
+
+def first_filling(fitting: list, m: int, n: int, nbatch: int, min_groups: int):
+    """The first of ``fitting`` (tiles with ``bm``, ``bn``, in preference order) giving
+    ``min_groups`` work-groups over an ``nbatch x m x n`` dst, else the one giving the most
+    (the smaller on a tie)."""
+    groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
     for tile in fitting:
-        if groups(tile) >= MIN_GROUPS:
+        if groups(tile) >= min_groups:
             return tile
     return max(fitting, key=lambda t: (groups(t), -t.bm * t.bn))
 
@@ -178,24 +185,46 @@ def generate(desc: MatmulDesc, config: KernelConfig, *, tile: MmaTile | str | No
     return generate_scaled(lambda chain: mma_gemm(desc, chain, config, tile), desc.post_ops, desc.output_scale)
 
 
-def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
-    """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
+@attrs.frozen
+class GemmOperands:
+    """What the tensor-core kernels read of a matmul: whether the weights are K-major (N
+    contiguous), the sizes, the batch count, src's and the weights' strides aligned to dst's
+    dims, and the MMA operand type."""
+
+    k_major: bool
+    m: int
+    k: int
+    n: int
+    nbatch: int
+    sa: tuple[int, ...]
+    sb: tuple[int, ...]
+    mma_type: str
+
+
+def gemm_operands(desc: MatmulDesc, kernel: str) -> GemmOperands:
+    """``desc``'s operands for a tensor-core kernel (``kernel`` names it in the error when
+    ``desc`` is not bf16/f16 in a layout it reads)."""
     k_major = weights_k_major(desc)
     if k_major is None or desc.src.dtype not in MMA_TYPES or desc.weights.dtype != desc.src.dtype:
-        raise ValueError("the tensor-core matmul needs bf16 or f16 src and weights in an aligned layout")
-    m, k = desc.src.dims[-2:]
-    n = desc.weights.dims[-1]
-    nbatch = math.prod(desc.dst.dims[:-2])
+        raise ValueError(f"the {kernel} needs bf16 or f16 src and weights in an aligned layout")
     nd = len(desc.dst.dims)
-    sa = aligned_strides(desc.src.dims, desc.src.strides, nd)
-    sb = aligned_strides(desc.weights.dims, desc.weights.strides, nd)
+    m, k = desc.src.dims[-2:]
+    return GemmOperands(k_major, m, k, desc.weights.dims[-1], math.prod(desc.dst.dims[:-2]),
+                        aligned_strides(desc.src.dims, desc.src.strides, nd),
+                        aligned_strides(desc.weights.dims, desc.weights.strides, nd), MMA_TYPES[desc.src.dtype])
+
+
+def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
+    """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
+    ops = gemm_operands(desc, "tensor-core matmul")
+    k_major, m, k, n, nbatch, sa, sb = ops.k_major, ops.m, ops.k, ops.n, ops.nbatch, ops.sa, ops.sb
     if tile is None:
         tile = choose_tile(m, n, nbatch, config)
     elif isinstance(tile, str):
         tile = TILES[tile] if tile in TILES else _tile(tile)
     tile.check()
 
-    mma_type = MMA_TYPES[desc.src.dtype]
+    mma_type = ops.mma_type
     bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
     lda, ldb = bk + _CHUNK, (bn + _CHUNK) if k_major else (bk + _CHUNK)
     a_stage, b_stage = tile.a_stage(), tile.b_stage(k_major)

@@ -48,10 +48,18 @@ from collections.abc import Callable
 import attrs
 
 from .._values._matmul_desc import MatmulDesc
-from ._post_ops import aligned_strides, generate_scaled
+from ._post_ops import generate_scaled
 from ._ptx import MARK, marked
 from ._spec import KernelConfig, KernelSpec
-from .matmul_mma import LOCAL_MEMORY, MMA_TYPES, cp_async_helpers, fragment_epilogue, weights_k_major
+from .matmul_mma import (
+    LOCAL_MEMORY,
+    MMA_TYPES,
+    cp_async_helpers,
+    first_filling,
+    fragment_epilogue,
+    gemm_operands,
+    weights_k_major,
+)
 
 # wgmma is sm_90a: Hopper only (Blackwell has its own tensor-core instructions).
 SM = 90
@@ -144,13 +152,9 @@ def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
 
 
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> WgmmaTile:
-    groups = lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * nbatch  # noqa: E731
     fitting = [TILES[name] for name in PREFERENCE
                if TILES[name].threads <= config.local_size and TILES[name].local_bytes() <= config.local_memory]
-    for tile in fitting:
-        if groups(tile) >= MIN_GROUPS:
-            return tile
-    return max(fitting, key=lambda t: (groups(t), -t.bm * t.bn))
+    return first_filling(fitting, m, n, nbatch, MIN_GROUPS)
 
 
 def generate(desc: MatmulDesc, config: KernelConfig, *, tile: WgmmaTile | str | None = None) -> KernelSpec:
@@ -163,22 +167,15 @@ def generate(desc: MatmulDesc, config: KernelConfig, *, tile: WgmmaTile | str | 
 def wgmma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig,
                tile: WgmmaTile | str | None = None) -> KernelSpec:
     """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
-    k_major = weights_k_major(desc)
-    if k_major is None or desc.src.dtype not in MMA_TYPES or desc.weights.dtype != desc.src.dtype:
-        raise ValueError("the warp-group matmul needs bf16 or f16 src and weights in an aligned layout")
-    m, k = desc.src.dims[-2:]
-    n = desc.weights.dims[-1]
-    nbatch = math.prod(desc.dst.dims[:-2])
-    nd = len(desc.dst.dims)
-    sa = aligned_strides(desc.src.dims, desc.src.strides, nd)
-    sb = aligned_strides(desc.weights.dims, desc.weights.strides, nd)
+    ops = gemm_operands(desc, "warp-group matmul")
+    k_major, m, k, n, nbatch, sa, sb = ops.k_major, ops.m, ops.k, ops.n, ops.nbatch, ops.sa, ops.sb
     if tile is None:
         tile = choose_tile(m, n, nbatch, config)
     elif isinstance(tile, str):
         tile = TILES[tile] if tile in TILES else _tile(tile)
     tile.check()
 
-    mma_type = MMA_TYPES[desc.src.dtype]
+    mma_type = ops.mma_type
     bm, bn, bk, threads, stages = tile.bm, tile.bn, tile.bk, tile.threads, tile.stages
     a_stage, b_stage = bm * bk * 2, bn * bk * 2  # bytes
     slabs = math.ceil(k / bk)

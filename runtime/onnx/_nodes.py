@@ -47,17 +47,25 @@ def _pads(attrs: dict, nsp: int) -> tuple[list[int], list[int]]:
     return pads[:nsp], pads[nsp:]
 
 
-@converter("Conv")
-def _conv(b: Builder, node: onnx.NodeProto, attrs: dict):
+def _conv_attrs(b: Builder, node: onnx.NodeProto, attrs: dict) -> dict | None:
+    """The attributes Convolution and ConvTranspose share, ONNX's defaults spelled out; None
+    where the spatial rank is unknown."""
     nsp = _spatial(b, node, attrs)
     if nsp is None:
-        return False
+        return None
     begin, end = _pads(attrs, nsp)
+    return dict(strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
+                dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
+                auto_pad=_auto_pad(attrs), data_format="NCX")
+
+
+@converter("Conv")
+def _conv(b: Builder, node: onnx.NodeProto, attrs: dict):
+    common = _conv_attrs(b, node, attrs)
+    if common is None:
+        return False
     inputs = [b.tensor(name) for name in node.input if name]
-    b.add("Convolution", inputs, [b.output(node.output[0])], name=node.name,
-          strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
-          dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
-          auto_pad=_auto_pad(attrs), data_format="NCX", weights_format="OIX")
+    b.add("Convolution", inputs, [b.output(node.output[0])], name=node.name, weights_format="OIX", **common)
     return None
 
 
@@ -401,16 +409,13 @@ def _conv_transpose(b: Builder, node: onnx.NodeProto, attrs: dict):
     worked out from a target) is left to the Wildcard."""
     if "output_shape" in attrs:
         return False
-    nsp = _spatial(b, node, attrs)
-    if nsp is None:
+    common = _conv_attrs(b, node, attrs)
+    if common is None:
         return False
-    begin, end = _pads(attrs, nsp)
     inputs = [b.tensor(name) for name in node.input if name]
-    b.add("ConvTranspose", inputs, [b.output(node.output[0])], name=node.name,
-          strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
-          dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
-          output_padding=list(attrs.get("output_padding", [0] * nsp)), auto_pad=_auto_pad(attrs),
-          data_format="NCX", weights_format="IOX")
+    nsp = len(common["strides"])
+    b.add("ConvTranspose", inputs, [b.output(node.output[0])], name=node.name, weights_format="IOX",
+          output_padding=list(attrs.get("output_padding", [0] * nsp)), **common)
     return None
 
 
