@@ -115,6 +115,13 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     given = dict(input_shapes or {})
     if given:
+        model_inputs = {i.name: len(i.type.tensor_type.shape.dim) for i in proto.graph.input}
+        for name, dims in given.items():
+            if name not in model_inputs:
+                raise OnnxImportError(f"input_shapes names {name!r}; the model's inputs are {sorted(model_inputs)}")
+            if len(dims) != model_inputs[name]:
+                raise OnnxImportError(f"input_shapes gives {name!r} {len(dims)} dims; the model declares "
+                                      f"{model_inputs[name]}")
         own = onnx.ModelProto()
         own.CopyFrom(proto)  # the caller's model keeps its symbolic dims
         proto = own

@@ -172,6 +172,10 @@ def test_bad_models_and_inputs_are_named():
     assert issubclass(triodnn.onnx.OnnxImportError, InvalidArgumentError)
     good = _model([helper.make_node("Relu", ["x"], ["y"])], [_value("x", [2])], [_value("y", [2])])
     assert triodnn.onnx.from_onnx(good.SerializeToString()).inputs == {"x": 0}
+    with pytest.raises(triodnn.onnx.OnnxImportError, match=r"input_shapes names 'z'; the model's inputs are \['x'\]"):
+        triodnn.onnx.from_onnx(good, input_shapes={"z": (2,)})
+    with pytest.raises(triodnn.onnx.OnnxImportError, match="input_shapes gives 'x' 2 dims; the model declares 1"):
+        triodnn.onnx.from_onnx(good, input_shapes={"x": (2, 2)})
     strings = _model([helper.make_node("Identity", ["x"], ["y"])], [_value("x", [2], TensorProto.STRING)],
                      [_value("y", [2], TensorProto.STRING)])
     with pytest.raises(triodnn.UnsupportedError, match="input 'x' has ONNX element type 8"):
