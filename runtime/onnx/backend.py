@@ -6,7 +6,7 @@
 
 ``prepare`` imports the model (``from_onnx``), compiles it on the engine the device names and
 returns a ``TriodnnRep``; the work runs in a blocking portal (``triodnn.start_blocking``) the
-module starts at its first use and closes at interpreter exit, so the interface is the plain
+module starts at its first use and closes at interpreter exit (or at ``close()``), so the interface is the plain
 synchronous one ONNX's backend tests (``onnx.backend.test.BackendTest``) call. Nodes without a
 converter run through ONNX's reference evaluator (``OnnxGraph.handlers``).
 """
@@ -39,6 +39,16 @@ def _shared_portal() -> BlockingPortal:
             atexit.register(portal.close)
             _portal.append(portal)
         return _portal[0]
+
+
+def close() -> None:
+    """Close the module's portal (its runtime, engines and thread) now rather than at exit; the
+    next ``prepare`` starts a new one. Reps prepared before cannot run after it."""
+    with _portal_lock:
+        portals, _portal[:] = list(_portal), []
+    for portal in portals:
+        atexit.unregister(portal.close)
+        portal.close()
 
 
 def engine_spec(device: str) -> tuple[str, int]:

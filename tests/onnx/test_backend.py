@@ -72,6 +72,14 @@ for case in _cases.values():
 globals().update(_cases)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _close_the_backends_portal():
+    """The backend's portal (a runtime and its thread) ends with this module, not with the test
+    process: later test files of the same worker start from no runtime."""
+    yield
+    backend.close()
+
+
 def test_the_exclusions_still_fail_as_said():
     """Each excluded model still fails with the typed error its reason names, so an exclusion
     that starts passing is noticed."""
@@ -119,4 +127,8 @@ def test_inputs_and_devices_are_checked():
     with pytest.raises(triodnn.InvalidArgumentError, match="device 'TPU'"):
         backend.prepare(model, "TPU")
     assert backend.supports_device("CPU") and not backend.supports_device("TPU")
+    backend.close()
+    with pytest.raises(triodnn.ClosedError):
+        rep.run({"x": x})
+    np.testing.assert_array_equal(backend.run_model(model, [x])[0], [0.0, 0.0, 2.0])  # a new portal
     assert backend.supports_device("GPU") == any(r.kind == "gpu" for r in triodnn.available_engines())
