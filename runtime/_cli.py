@@ -25,6 +25,8 @@ from .actors import (
     unusable_devices,
 )
 from .testing import run_benchdnn_runs, run_demo
+from .testing._benchdnn import parse as parse_harness
+from .testing._benchdnn import trailing_options
 
 try:  # the onnx extra: without it, `triodnn onnx` says what to install
     from .onnx import check_model as check_onnx_model
@@ -32,8 +34,6 @@ try:  # the onnx extra: without it, `triodnn onnx` says what to install
 except ImportError as exc:
     check_onnx_model = None  # type: ignore[assignment]
     ONNX_MISSING = str(exc)
-from .testing._benchdnn import parse as parse_harness
-from .testing._benchdnn import trailing_options
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import onnx
 import onnx.defs
 import onnx.reference
 
+from .._values._dtypes import dtype_of_numpy
 from .._values._errors import InvalidArgumentError, UnsupportedError
 from ..graph import Graph, LogicalTensor, Op
 
@@ -21,8 +22,6 @@ DTYPES: dict[int, str] = {
     onnx.TensorProto.INT8: "s8", onnx.TensorProto.UINT8: "u8", onnx.TensorProto.INT32: "s32",
     onnx.TensorProto.INT64: "s64", onnx.TensorProto.BOOL: "boolean",
 }
-_NUMPY = {"f32": np.float32, "f16": np.float16, "s8": np.int8, "u8": np.uint8, "s32": np.int32,
-          "s64": np.int64, "boolean": np.bool_}
 
 
 class OnnxImportError(InvalidArgumentError):
@@ -53,7 +52,8 @@ class Builder:
     """The state of one import: ONNX names bound to logical tensors or known arrays, and the
     graph being built. Converters (``_nodes``) use its methods only."""
 
-    def __init__(self, opset: int, shapes: Mapping[str, tuple | None], dtypes: Mapping[str, str]) -> None:
+    def __init__(self, opset: int, shapes: Mapping[str, tuple | None], dtypes: Mapping[str, str],
+                 used: set[str]) -> None:
         self.opset = opset
         self.graph = Graph()
         self.values: dict[str, np.ndarray] = {}
@@ -63,7 +63,7 @@ class Builder:
         self._shapes = shapes
         self._dtypes = dtypes
         # Names some node reads or the model outputs: a node's other outputs may be dropped.
-        self.used: set[str] = set()
+        self.used = used
         self._next_tensor = 0
         self._next_op = 0
 
@@ -84,8 +84,10 @@ class Builder:
     def dtype(self, name: str) -> str | None:
         """``name``'s triodnn dtype where known."""
         if name in self.values:
-            array = self.values[name]
-            return next((d for d, t in _NUMPY.items() if array.dtype == t), None)
+            try:
+                return _dtype_of(self.values[name], name)
+            except UnsupportedError:
+                return None
         if name in self.tensors:
             return self.tensors[name].dtype
         return self._dtypes.get(name)
@@ -113,7 +115,7 @@ class Builder:
     def constant(self, array: np.ndarray) -> LogicalTensor:
         """A constant graph input holding ``array`` (a scalar a converter needs, say)."""
         name = f"__triodnn_constant_{len(self.constants)}"
-        self.values[name] = np.asarray(array).reshape(-1) if np.ndim(array) == 0 else np.asarray(array)
+        self.values[name] = np.atleast_1d(array)
         return self.tensor(name)
 
     def output(self, name: str, dtype: str | None = None) -> LogicalTensor:
@@ -130,7 +132,7 @@ class Builder:
 
     def new(self, dtype: str = "f32", shape: tuple | None = None) -> LogicalTensor:
         """An intermediate logical tensor no ONNX name refers to."""
-        return LogicalTensor(self._tensor_id(), dtype, shape if shape is not None else None)
+        return LogicalTensor(self._tensor_id(), dtype, shape)
 
     def alias(self, name: str, source: str) -> None:
         """``name`` is the same value as ``source`` (Identity, inference Dropout)."""
@@ -159,9 +161,13 @@ class Builder:
 
 
 def _dtype_of(array: np.ndarray, name: str) -> str:
-    for dtype, numpy_type in _NUMPY.items():
-        if array.dtype == numpy_type:
-            return dtype
-    raise UnsupportedError(f"tensor {name!r} is {array.dtype}; triodnn's graph takes {', '.join(_NUMPY)}")
+    """The graph dtype of known value ``array``: numpy's int64 (ONNX's shapes and indices) is
+    s64 here, where ``dtype_of_numpy`` keeps user arrays of it as s32."""
+    if array.dtype == np.int64:
+        return "s64"
+    try:
+        return dtype_of_numpy(array.dtype)
+    except InvalidArgumentError as exc:
+        raise UnsupportedError(f"tensor {name!r}: {exc}") from None
 
 

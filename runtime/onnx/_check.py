@@ -25,7 +25,7 @@ import onnx.reference
 from .._runtime import open_runtime, parse_engine_spec
 from ..graph import compile_graph
 from ._builder import OnnxImportError
-from ._import import from_onnx, load_model
+from ._import import declared_dims, from_onnx, load_model, model_inputs
 
 RTOL, ATOL = 1e-3, 1e-7
 
@@ -67,15 +67,8 @@ def data_sets(model_path: str, model: onnx.ModelProto) -> list[tuple[str, list[n
         return [(name, _tensors(os.path.join(folder, name), "input"), _tensors(os.path.join(folder, name), "output"))
                 for name in found]
     rng = np.random.default_rng(0)
-    inits = {t.name for t in model.graph.initializer}
-    inputs = []
-    for info in model.graph.input:
-        if info.name in inits:
-            continue
-        t = info.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in t.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        inputs.append(rng.standard_normal(dims).astype(dtype))
+    inputs = [rng.standard_normal([d if d > 0 else 1 for d in declared_dims(info)]).astype(
+        onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)) for info in model_inputs(model)]
     return [("drawn (seed 0)", inputs, None)]
 
 
@@ -130,8 +123,7 @@ async def check_model(model_path: str, *, engine_spec: str | None = None, mode: 
         sets = batched(sets, batch)
     # Symbolic dims take the first data set's sizes: a static graph compiles once, and nodes
     # left to handlers need their output shapes.
-    inits = {t.name for t in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in inits]
+    names = [info.name for info in model_inputs(model)]
     shapes = {name: tuple(a.shape) for name, a in zip(names, sets[0][1])} | dict(input_shapes or {})
     onnx_graph = from_onnx(model, input_shapes=shapes)
     async with open_runtime() as rt:
@@ -139,13 +131,9 @@ async def check_model(model_path: str, *, engine_spec: str | None = None, mode: 
         runner = await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants,
                                      handlers=onnx_graph.handlers())
         stream = await engine.stream()
-        names = list(onnx_graph.inputs)
 
         async def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
-            used = onnx_graph.graph_inputs
-            results = await runner.run(stream, {onnx_graph.inputs[n]: a for n, a in zip(names, inputs)
-                                                if onnx_graph.inputs[n] in used})
-            return [results[i] for i in onnx_graph.outputs.values()]
+            return onnx_graph.ordered_outputs(await runner.run(stream, onnx_graph.feeds(dict(zip(names, inputs)))))
 
         checks = []
         if "C" in mode:

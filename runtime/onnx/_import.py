@@ -23,7 +23,6 @@ import attrs
 import numpy as np
 import onnx
 import onnx.numpy_helper
-import onnx.reference
 import onnx.shape_inference
 
 from .._values._errors import UnsupportedError
@@ -44,12 +43,17 @@ class OnnxGraph:
     constants: dict[int, np.ndarray] = attrs.field(repr=False)
     wildcard_nodes: dict[int, onnx.NodeProto] = attrs.field(repr=False)
     opset: int
+    # The model inputs some op reads: one no converted node reads (an axes input shape inference
+    # made known, say) is not a graph input, and is not fed.
+    fed: tuple[str, ...] = attrs.field(default=(), repr=False)
 
-    @property
-    def graph_inputs(self) -> frozenset[int]:
-        """Ids of the inputs some op reads: a model input no converted node reads (an axes
-        input shape inference made known, say) is not fed to the graph."""
-        return frozenset(lt.id for lt in self.graph.input_tensors())
+    def feeds(self, arrays: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+        """``{graph input id: array}`` for ``runner.run`` from arrays by model input name."""
+        return {self.inputs[name]: np.asarray(arrays[name]) for name in self.fed}
+
+    def ordered_outputs(self, results: Mapping[int, np.ndarray]) -> list[np.ndarray]:
+        """A run's outputs (by logical tensor id) in the model's output order."""
+        return [results[lt_id] for lt_id in self.outputs.values()]
 
     def handlers(self) -> dict:
         """A handler for every Wildcard op: its ONNX node run by ``onnx.reference`` on the host
@@ -83,6 +87,18 @@ def load_model(model) -> onnx.ModelProto:
     return proto
 
 
+def declared_dims(info: onnx.ValueInfoProto) -> tuple[int, ...]:
+    """The dims ``info`` declares, -1 for each it leaves symbolic."""
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in info.type.tensor_type.shape.dim)
+
+
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller feeds: the graph's inputs that are not initializers (models before IR
+    version 4 list their initializers as inputs too)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [info for info in model.graph.input if info.name not in initializers]
+
+
 def _value_infos(model: onnx.ModelProto) -> tuple[dict[str, tuple | None], dict[str, str]]:
     """Static shapes and dtypes ONNX's shape inference finds, by name (a dim it leaves symbolic
     makes the shape None)."""
@@ -98,8 +114,8 @@ def _value_infos(model: onnx.ModelProto) -> tuple[dict[str, tuple | None], dict[
         if t.elem_type in DTYPES:
             dtypes[info.name] = DTYPES[t.elem_type]
         if t.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-            shapes[info.name] = tuple(dims) if all(d >= 0 for d in dims) else None
+            dims = declared_dims(info)
+            shapes[info.name] = dims if all(d >= 0 for d in dims) else None
     return shapes, dtypes
 
 
@@ -115,13 +131,12 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     given = dict(input_shapes or {})
     if given:
-        model_inputs = {i.name: len(i.type.tensor_type.shape.dim) for i in proto.graph.input}
+        ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in proto.graph.input}
         for name, dims in given.items():
-            if name not in model_inputs:
-                raise OnnxImportError(f"input_shapes names {name!r}; the model's inputs are {sorted(model_inputs)}")
-            if len(dims) != model_inputs[name]:
-                raise OnnxImportError(f"input_shapes gives {name!r} {len(dims)} dims; the model declares "
-                                      f"{model_inputs[name]}")
+            if name not in ranks:
+                raise OnnxImportError(f"input_shapes names {name!r}; the model's inputs are {sorted(ranks)}")
+            if len(dims) != ranks[name]:
+                raise OnnxImportError(f"input_shapes gives {name!r} {len(dims)} dims; the model declares {ranks[name]}")
         own = onnx.ModelProto()
         own.CopyFrom(proto)  # the caller's model keeps its symbolic dims
         proto = own
@@ -132,21 +147,17 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
                     d.Clear()
                     d.dim_value = int(size)
     shapes, dtypes = _value_infos(proto)
-    b = Builder(opset, shapes, dtypes)
+    used = {name for node in proto.graph.node for name in node.input} | {o.name for o in proto.graph.output}
+    b = Builder(opset, shapes, dtypes, used)
     table = dict(CONVERTERS) | dict(converters or {})
-    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
-    b.values.update(initializers)
-    b.used = {name for node in proto.graph.node for name in node.input} | {o.name for o in proto.graph.output}
+    b.values.update((t.name, onnx.numpy_helper.to_array(t)) for t in proto.graph.initializer)
     inputs: dict[str, int] = {}
-    for info in proto.graph.input:
-        if info.name in initializers:
-            continue
-        t = info.type.tensor_type
-        if t.elem_type not in DTYPES:
-            raise UnsupportedError(f"input {info.name!r} has ONNX element type {t.elem_type}; triodnn takes "
+    for info in model_inputs(proto):
+        elem_type = info.type.tensor_type.elem_type
+        if elem_type not in DTYPES:
+            raise UnsupportedError(f"input {info.name!r} has ONNX element type {elem_type}; triodnn takes "
                                    + ", ".join(DTYPES.values()))
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
-        inputs[info.name] = b.graph_input(info.name, DTYPES[t.elem_type], dims).id
+        inputs[info.name] = b.graph_input(info.name, DTYPES[elem_type], declared_dims(info)).id
     for node in proto.graph.node:
         _convert(b, node, table)
     outputs: dict[str, int] = {}
@@ -158,7 +169,9 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
             b.add("Reorder", [lt], [passed], name=f"output {info.name}")
             lt = passed
         outputs[info.name] = lt.id
-    return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset)
+    read = frozenset(lt.id for lt in b.graph.input_tensors())
+    return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset,
+                     fed=tuple(name for name, lt_id in inputs.items() if lt_id in read))
 
 
 # Random nodes differ at every run; a DequantizeLinear of int8 weights stays an op, so the int8

@@ -36,72 +36,69 @@ def _spatial(b: Builder, node: onnx.NodeProto, attrs: dict) -> int | None:
     return None if rank is None else rank - 2
 
 
-def _auto_pad(attrs: dict) -> str:
-    pad = attrs.get("auto_pad", b"NOTSET")
-    pad = pad.decode() if isinstance(pad, bytes) else pad
-    return "None" if pad == "NOTSET" else pad
+def _text(attrs: dict, name: str, default: str) -> str:
+    """A string attribute (onnx.helper gives bytes)."""
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
 
 
-def _pads(attrs: dict, nsp: int) -> tuple[list[int], list[int]]:
-    pads = list(attrs.get("pads", [0] * (2 * nsp)))
-    return pads[:nsp], pads[nsp:]
+def _one_to_one(b: Builder, node: onnx.NodeProto, kind: str, **attrs_) -> None:
+    """``node`` as one op of ``kind`` from its first input to its first output."""
+    b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name, **attrs_)
 
 
-def _conv_attrs(b: Builder, node: onnx.NodeProto, attrs: dict) -> dict | None:
-    """The attributes Convolution and ConvTranspose share, ONNX's defaults spelled out; None
-    where the spatial rank is unknown."""
+def _window_attrs(b: Builder, node: onnx.NodeProto, attrs: dict) -> dict | None:
+    """What convolutions and pools share, ONNX's defaults spelled out (strides, pads, dilations,
+    auto_pad, NCX); None where the spatial rank is unknown."""
     nsp = _spatial(b, node, attrs)
     if nsp is None:
         return None
-    begin, end = _pads(attrs, nsp)
-    return dict(strides=list(attrs.get("strides", [1] * nsp)), pads_begin=begin, pads_end=end,
-                dilations=list(attrs.get("dilations", [1] * nsp)), groups=int(attrs.get("group", 1)),
-                auto_pad=_auto_pad(attrs), data_format="NCX")
+    pads = list(attrs.get("pads", [0] * (2 * nsp)))
+    pad = _text(attrs, "auto_pad", "NOTSET")
+    return dict(strides=list(attrs.get("strides", [1] * nsp)), pads_begin=pads[:nsp], pads_end=pads[nsp:],
+                dilations=list(attrs.get("dilations", [1] * nsp)), auto_pad="None" if pad == "NOTSET" else pad,
+                data_format="NCX")
 
 
 @converter("Conv")
 def _conv(b: Builder, node: onnx.NodeProto, attrs: dict):
-    common = _conv_attrs(b, node, attrs)
+    common = _window_attrs(b, node, attrs)
     if common is None:
         return False
     inputs = [b.tensor(name) for name in node.input if name]
-    b.add("Convolution", inputs, [b.output(node.output[0])], name=node.name, weights_format="OIX", **common)
+    b.add("Convolution", inputs, [b.output(node.output[0])], name=node.name, weights_format="OIX",
+          groups=int(attrs.get("group", 1)), **common)
     return None
 
 
 @converter("MaxPool", "AveragePool")
 def _pool(b: Builder, node: onnx.NodeProto, attrs: dict):
-    nsp = _spatial(b, node, attrs)
-    if nsp is None or len([o for o in node.output if o]) > 1:  # MaxPool's indices
+    common = _window_attrs(b, node, attrs)
+    if common is None or len([o for o in node.output if o]) > 1:  # MaxPool's indices
         return False
-    begin, end = _pads(attrs, nsp)
-    if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
+    dilations = common.pop("dilations")
+    if node.op_type == "AveragePool" and any(d != 1 for d in dilations):
         return False  # oneDNN's AvgPool has no dilations
-    if attrs.get("ceil_mode", 0) and not _ceil_windows_agree(b, node, attrs, nsp, begin, end):
+    if attrs.get("ceil_mode", 0) and not _ceil_windows_agree(b, node, attrs["kernel_shape"], dilations, common):
         return False
-    common = dict(strides=list(attrs.get("strides", [1] * nsp)), kernel=list(attrs["kernel_shape"]),
-                  pads_begin=begin, pads_end=end, data_format="NCX", auto_pad=_auto_pad(attrs),
-                  rounding_type="ceil" if attrs.get("ceil_mode", 0) else "floor")
+    common.update(kernel=list(attrs["kernel_shape"]), rounding_type="ceil" if attrs.get("ceil_mode", 0) else "floor")
     if node.op_type == "MaxPool":
-        b.add("MaxPool", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-              dilations=list(attrs.get("dilations", [1] * nsp)), **common)
+        _one_to_one(b, node, "MaxPool", dilations=dilations, **common)
     else:
-        b.add("AvgPool", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-              exclude_pad=not attrs.get("count_include_pad", 0), **common)
+        _one_to_one(b, node, "AvgPool", exclude_pad=not attrs.get("count_include_pad", 0), **common)
     return None
 
 
-def _ceil_windows_agree(b: Builder, node: onnx.NodeProto, attrs: dict, nsp: int, begin: list, end: list) -> bool:
+def _ceil_windows_agree(b: Builder, node: onnx.NodeProto, kernel: list, dilations: list, window_attrs: dict) -> bool:
     """ONNX's ceil mode drops a last window that would start in the end padding; oneDNN's keeps
     it. Where that happens (or the input shape is unknown) the node is left to the Wildcard."""
     shape = b.shape(node.input[0])
     if shape is None:
         return False
-    strides = attrs.get("strides", [1] * nsp)
-    dilations = attrs.get("dilations", [1] * nsp)
-    for i in range(nsp):
+    strides, begin, end = window_attrs["strides"], window_attrs["pads_begin"], window_attrs["pads_end"]
+    for i in range(len(strides)):
         size = shape[2 + i]
-        window = (attrs["kernel_shape"][i] - 1) * dilations[i] + 1
+        window = (kernel[i] - 1) * dilations[i] + 1
         out = -(-(size + begin[i] + end[i] - window) // strides[i]) + 1
         if (out - 1) * strides[i] >= size + begin[i]:
             return False
@@ -114,8 +111,7 @@ def _global_pool(b: Builder, node: onnx.NodeProto, attrs: dict):
     if rank is None:
         return False
     kind = "ReduceMean" if node.op_type == "GlobalAveragePool" else "ReduceMax"
-    b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          axes=list(range(2, rank)), keep_dims=True)
+    _one_to_one(b, node, kind, axes=list(range(2, rank)), keep_dims=True)
     return None
 
 
@@ -172,24 +168,21 @@ _UNARY = {"Relu": "ReLU", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "L
 
 @converter(*_UNARY)
 def _unary(b: Builder, node: onnx.NodeProto, attrs: dict):
-    b.add(_UNARY[node.op_type], [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name)
+    _one_to_one(b, node, _UNARY[node.op_type])
     return None
 
 
 @converter("Elu", "LeakyRelu", "HardSigmoid", "Gelu")
 def _unary_with_attrs(b: Builder, node: onnx.NodeProto, attrs: dict):
-    src, dst = [b.tensor(node.input[0])], [b.output(node.output[0])]
     if node.op_type == "Elu":
-        b.add("Elu", src, dst, name=node.name, alpha=float(attrs.get("alpha", 1.0)))
+        _one_to_one(b, node, "Elu", alpha=float(attrs.get("alpha", 1.0)))
     elif node.op_type == "LeakyRelu":
-        b.add("LeakyReLU", src, dst, name=node.name, alpha=float(attrs.get("alpha", 0.01)))
+        _one_to_one(b, node, "LeakyReLU", alpha=float(attrs.get("alpha", 0.01)))
     elif node.op_type == "HardSigmoid":
-        b.add("HardSigmoid", src, dst, name=node.name, alpha=float(attrs.get("alpha", 0.2)),
-              beta=float(attrs.get("beta", 0.5)))
+        _one_to_one(b, node, "HardSigmoid", alpha=float(attrs.get("alpha", 0.2)), beta=float(attrs.get("beta", 0.5)))
     else:
-        approximate = attrs.get("approximate", b"none")
-        approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
-        b.add("GELU", src, dst, name=node.name, mode="gelu_tanh" if approximate == "tanh" else "gelu_erf")
+        tanh = _text(attrs, "approximate", "none") == "tanh"
+        _one_to_one(b, node, "GELU", mode="gelu_tanh" if tanh else "gelu_erf")
     return None
 
 
@@ -206,8 +199,7 @@ def _clip(b: Builder, node: onnx.NodeProto, attrs: dict):
                 low = float(value)
             else:
                 high = float(value)
-    b.add("Clamp", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          min=float(max(low, -3.4e38)), max=float(min(high, 3.4e38)))
+    _one_to_one(b, node, "Clamp", min=float(max(low, -3.4e38)), max=float(min(high, 3.4e38)))
     return None
 
 
@@ -243,7 +235,7 @@ def _pow(b: Builder, node: onnx.NodeProto, attrs: dict):
     exponent = b.known(node.input[1])
     if exponent is None or exponent.size != 1:
         return False
-    b.add("Pow", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name, beta=float(exponent))
+    _one_to_one(b, node, "Pow", beta=float(exponent))
     return None
 
 
@@ -263,12 +255,11 @@ def _softmax(b: Builder, node: onnx.NodeProto, attrs: dict):
     kind = "SoftMax" if node.op_type == "Softmax" else "LogSoftmax"
     rank = b.rank(node.input[0])
     if b.opset >= 13:
-        b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-              axis=int(attrs.get("axis", -1)))
+        _one_to_one(b, node, kind, axis=int(attrs.get("axis", -1)))
         return None
     axis = int(attrs.get("axis", 1))
     if rank is not None and axis % rank == rank - 1:
-        b.add(kind, [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name, axis=rank - 1)
+        _one_to_one(b, node, kind, axis=rank - 1)
         return None
     shape = b.shape(node.input[0])
     if shape is None:
@@ -293,8 +284,7 @@ def _flatten(b: Builder, node: onnx.NodeProto, attrs: dict):
         target = [int(np.prod(shape[:axis])), -1]
     else:
         return False
-    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          shape=target, special_zero=True)
+    _one_to_one(b, node, "StaticReshape", shape=target, special_zero=True)
     return None
 
 
@@ -303,8 +293,7 @@ def _reshape(b: Builder, node: onnx.NodeProto, attrs: dict):
     target = b.known(node.input[1])
     if target is None:
         return False
-    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          shape=[int(d) for d in target], special_zero=not attrs.get("allowzero", 0))
+    _one_to_one(b, node, "StaticReshape", shape=[int(d) for d in target], special_zero=not attrs.get("allowzero", 0))
     return None
 
 
@@ -314,8 +303,7 @@ def _squeeze(b: Builder, node: onnx.NodeProto, attrs: dict):
     shape = b.shape(node.output[0])
     if shape is None:
         return False
-    b.add("StaticReshape", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          shape=list(shape), special_zero=False)
+    _one_to_one(b, node, "StaticReshape", shape=list(shape), special_zero=False)
     return None
 
 
@@ -327,8 +315,7 @@ def _transpose(b: Builder, node: onnx.NodeProto, attrs: dict):
         if rank is None:
             return False
         perm = list(reversed(range(rank)))
-    b.add("StaticTranspose", [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          order=[int(p) for p in perm])
+    _one_to_one(b, node, "StaticTranspose", order=[int(p) for p in perm])
     return None
 
 
@@ -382,8 +369,7 @@ def _reduce(b: Builder, node: onnx.NodeProto, attrs: dict):
         if rank is None:
             return False
         axes = list(range(rank))
-    b.add(_REDUCE[node.op_type], [b.tensor(node.input[0])], [b.output(node.output[0])], name=node.name,
-          axes=[int(a) for a in axes], keep_dims=bool(attrs.get("keepdims", 1)))
+    _one_to_one(b, node, _REDUCE[node.op_type], axes=[int(a) for a in axes], keep_dims=bool(attrs.get("keepdims", 1)))
     return None
 
 
@@ -409,13 +395,13 @@ def _conv_transpose(b: Builder, node: onnx.NodeProto, attrs: dict):
     worked out from a target) is left to the Wildcard."""
     if "output_shape" in attrs:
         return False
-    common = _conv_attrs(b, node, attrs)
+    common = _window_attrs(b, node, attrs)
     if common is None:
         return False
     inputs = [b.tensor(name) for name in node.input if name]
-    nsp = len(common["strides"])
     b.add("ConvTranspose", inputs, [b.output(node.output[0])], name=node.name, weights_format="IOX",
-          output_padding=list(attrs.get("output_padding", [0] * nsp)), **common)
+          groups=int(attrs.get("group", 1)),
+          output_padding=list(attrs.get("output_padding", [0] * len(common["strides"]))), **common)
     return None
 
 

@@ -17,7 +17,6 @@ import atexit
 import threading
 from collections.abc import Mapping
 
-import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
@@ -84,14 +83,8 @@ class TriodnnRep(BackendRep):
             arrays = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
             if len(arrays) != len(names):
                 raise InvalidArgumentError(f"{len(arrays)} inputs given; the model takes {len(names)}: {names}")
-        # A model input no node reads (an axes input a converter took from shape inference)
-        # is not a graph input.
-        used = self.onnx_graph.graph_inputs
-        feeds = {self.onnx_graph.inputs[name]: np.asarray(a) for name, a in zip(names, arrays)
-                 if self.onnx_graph.inputs[name] in used}
-        results = self._runner.run(self._stream, feeds)
-        outputs = self.onnx_graph.outputs
-        return namedtupledict("Outputs", list(outputs))(*[results[lt_id] for lt_id in outputs.values()])
+        results = self._runner.run(self._stream, self.onnx_graph.feeds(dict(zip(names, arrays))))
+        return namedtupledict("Outputs", list(self.onnx_graph.outputs))(*self.onnx_graph.ordered_outputs(results))
 
 
 class TriodnnBackend(Backend):
