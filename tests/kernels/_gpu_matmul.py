@@ -10,9 +10,16 @@ import pyopencl as cl
 import pytest
 
 from triodnn.actors import build_program
-from triodnn.kernels import KernelConfig
+from triodnn.kernels import KernelConfig, _dtype_io
 
 GPU = KernelConfig(vector_width=1, local_size=256, local_memory=48 * 1024)  # what NVIDIA reports
+
+
+def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
+    """Small integers (nonnegative for u8) as ``dtype``'s user-facing numpy type: exact in every
+    type the matmul kernels read, so f32 sums of them are exact too."""
+    x = rng.integers(0 if dtype == "u8" else -bound, bound + 1, shape)
+    return x.astype(_dtype_io.USER_NUMPY[dtype])
 
 
 # Imported by the test modules under this name; tests ask for it as ``gpu_shaped``.

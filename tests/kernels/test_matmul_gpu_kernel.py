@@ -13,16 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _gpu_matmul import GPU, execute, gpu_shaped_fixture, run_spec  # noqa: F401 (the gpu_shaped fixture)
+from _gpu_matmul import GPU, execute, gpu_shaped_fixture, ints, run_spec  # noqa: F401 (the gpu_shaped fixture)
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn.kernels import KernelConfig, _dtype_io, _post_ops, matmul, matmul_gpu
-
-
-def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
-    x = rng.integers(0 if dtype == "u8" else -bound, bound + 1, shape)
-    return x.astype(_dtype_io.USER_NUMPY[dtype])
-
 
 # name: src dims, src strides, weights dims, weights strides, bias dims
 CASES = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
-from _gpu_matmul import run_spec
+from _gpu_matmul import ints, run_spec
 
 from triodnn import MatmulDesc, MemoryDesc
 from triodnn._values._dtypes import to_storage
@@ -19,10 +19,6 @@ from triodnn.kernels import _dtype_io, _post_ops, matmul, matmul_mma, select_con
 
 SM90 = select_config("gpu", 1024, 48 * 1024, nvidia_sm=90)
 NO_TENSOR_CORES = select_config("gpu", 1024, 48 * 1024)
-
-
-def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
-    return rng.integers(-bound, bound + 1, shape).astype(_dtype_io.USER_NUMPY[dtype])
 
 
 def md(*dims, dtype="bf16", strides=None) -> MemoryDesc:

@@ -16,7 +16,7 @@ import attrs
 import numpy as np
 import pyopencl as cl
 import pytest
-from _gpu_matmul import GPU, execute, gpu_shaped_fixture  # noqa: F401 (the gpu_shaped fixture)
+from _gpu_matmul import GPU, execute, gpu_shaped_fixture, ints  # noqa: F401 (the gpu_shaped fixture)
 from conftest import default_record
 
 from triodnn import MatmulDesc, MemoryDesc
@@ -24,10 +24,6 @@ from triodnn._values._dtypes import from_storage, to_storage
 from triodnn.kernels import KernelConfig, _dtype_io, _post_ops, matmul, matmul_skinny, program_source, tolerance
 
 TANH = tolerance.eltwise("tanh")
-
-
-def ints(rng, shape, dtype: str = "f32", bound: int = 4) -> np.ndarray:
-    return rng.integers(-bound, bound + 1, shape).astype(_dtype_io.USER_NUMPY[dtype])
 
 
 @pytest.fixture(scope="module")
