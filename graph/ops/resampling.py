@@ -143,8 +143,18 @@ def _sizes_or_scales(kind: str, a: dict) -> None:
 
 
 def _backward_shape(kind: str, a: dict, shapes: list[Shape], num_outputs: int) -> list[Shape]:
-    check_same_known(kind, shapes[1], _interpolate_shape(kind, a, shapes[:1]), "diff_dst", "the forward's dst")
-    return [shapes[0]]
+    """diff_src takes src's shape. diff_dst's spatial dims are what the resampling reads: as in
+    oneDNN, whose InterpolateBackward infers diff_src alone and builds the primitive from the two
+    tensors, they need not be what ``sizes`` or ``scales`` give src (benchdnn's --op-attrs may set
+    fractional scales, or sizes, without touching diff_dst). Its batch and channels must be src's."""
+    forward = _interpolate_shape(kind, a, shapes[:1])  # sizes/scales well formed for src
+    src, diff_dst = shapes[0], shapes[1]
+    if len(diff_dst) != len(src):
+        raise shape_error(kind, f"diff_dst {fmt_shape(diff_dst)} and src {fmt_shape(src)} differ in rank")
+    spatial = range(2, len(src)) if a["data_format"] == "NCX" else range(1, len(src) - 1)
+    expected = tuple(diff_dst[i] if i in spatial else d for i, d in enumerate(forward))
+    check_same_known(kind, diff_dst, expected, "diff_dst", "src's batch and channels")
+    return [src]
 
 
 def _lowers(op: Op) -> bool:

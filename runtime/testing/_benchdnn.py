@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -428,15 +429,25 @@ def _order(strides) -> str | None:
     return "".join(chr(ord("a") + d) for d in dims)
 
 
+def _integer(text: str) -> int:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return int(value)
+
+
 def _typed(op_id: int, name: str, text: str, kind: str | None):
     """An --op-attrs value as the attribute's JSON type (guessed when the graph lacks it)."""
     if kind is None:
+        number = r"-?[\d.]+(e-?\d+)?"
         if re.fullmatch(r"-?\d+", text):
             kind = "s64"
         elif re.fullmatch(r"-?\d+(x-?\d+)+", text):
             kind = "s64[]"
-        elif re.fullmatch(r"-?[\d.]+(e-?\d+)?", text):
+        elif re.fullmatch(number, text):
             kind = "f32"
+        elif re.fullmatch(f"{number}(x{number})+", text):
+            kind = "f32[]"
         else:
             kind = "string"
     try:
@@ -444,12 +455,14 @@ def _typed(op_id: int, name: str, text: str, kind: str | None):
             if text.lower() not in _TRUE + _FALSE:
                 raise ValueError
             return kind, text.lower() in _TRUE
+        # Integers read as benchdnn's string_to_shape reads them (atof, then truncation toward
+        # zero): "6.5x12.2" is sizes 6x12 there, so it is here.
         if kind == "s64":
-            return kind, int(text)
+            return kind, _integer(text)
         if kind == "f32":
             return kind, float(text)
         if kind == "s64[]":
-            return kind, [] if text == "-" else [int(v) for v in text.split("x")]
+            return kind, [] if text == "-" else [_integer(v) for v in text.split("x")]
         if kind == "f32[]":
             return kind, [] if text == "-" else [float(v) for v in text.split("x")]
         return kind, text

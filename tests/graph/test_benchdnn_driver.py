@@ -225,6 +225,27 @@ def test_op_attrs_are_typed_by_the_graph_and_undef_removes():
         rewrite_graph(_conv_relu(), _run(op_attrs="7:groups:2"))
 
 
+def test_op_attrs_integers_with_a_fraction_truncate_as_benchdnn_and_float_lists_are_guessed():
+    # benchdnn reads s64 lists with atof, then truncates: sizes 6.5x12.2 are 6x12 there.
+    out = rewrite_graph(_conv_relu(), _run(op_attrs="0:strides:2.5x1.9*groups:2.7+1:scales:0.5x1.25"))
+    attrs0, attrs1 = out["graph"][0]["attrs"], out["graph"][1]["attrs"]
+    assert attrs0["strides"]["value"] == [2, 1] and attrs0["groups"]["value"] == 2
+    assert attrs1["scales"] == {"type": "f32[]", "value": [0.5, 1.25]}
+    with pytest.raises(InvalidArgumentError, match="strides:2xinf of op 0 is not a s64"):
+        rewrite_graph(_conv_relu(), _run(op_attrs="0:strides:2xinf"))
+
+
+def test_interpolate_backward_takes_fractional_sizes_and_scales_as_benchdnn(capsys):
+    """oneDNN's InterpolateBackward reads diff_dst's shape: sizes or scales set by --op-attrs
+    need not give it (benchdnn passes these lines)."""
+    require(GRAPHS)
+    case = str(GRAPHS / "benchdnn/op/f32/interpolate_bwd.json")
+    for attrs in ("0:sizes:6.5x12.2", "0:sizes:undef*scales:1.5x2.3", "0:mode:linear*sizes:undef*scales:0.9x0.87"):
+        assert main(["graph", f"--op-attrs={attrs}", f"--case={case}"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PASSED") == 3, out
+
+
 def test_op_kind_replaces_or_bypasses():
     out = rewrite_graph(_conv_relu(), _run(op_kind="1:Tanh"))
     assert [op["kind"] for op in out["graph"]] == ["Convolution", "Tanh"]

@@ -132,6 +132,11 @@ def test_output_shapes():
         (2, 3, 4), (3,)]
     assert infer_output_shapes("InterpolateBackward", {"mode": "linear", "scales": [2.0], "data_format": "NCX"},
                                [[1, 2, 3], [1, 2, 6]]) == [(1, 2, 3)]
+    # As oneDNN: diff_dst's spatial dims are read, whatever sizes or scales give src.
+    assert infer_output_shapes("InterpolateBackward", {"mode": "linear", "sizes": [4], "data_format": "NCX"},
+                               [[1, 2, 3], [1, 2, 5]]) == [(1, 2, 3)]
+    assert infer_output_shapes("InterpolateBackward", {"mode": "linear", "scales": [1.7], "data_format": "NXC"},
+                               [[1, 3, 2], [1, 6, 2]]) == [(1, 3, 2)]
 
 
 def test_bad_graphs_raise_typed_errors():
@@ -145,7 +150,10 @@ def test_bad_graphs_raise_typed_errors():
         infer_output_shapes("PReLUBackward", {}, [[2, 3, 4], [4], [2, 3, 5]], 2)
     with pytest.raises(ShapeInferenceError, match="InterpolateBackward.*diff_dst"):
         infer_output_shapes("InterpolateBackward", {"mode": "linear", "sizes": [4], "data_format": "NCX"},
-                            [[1, 2, 3], [1, 2, 5]])
+                            [[1, 2, 3], [1, 3, 4]])
+    with pytest.raises(ShapeInferenceError, match="InterpolateBackward.*sizes"):
+        infer_output_shapes("InterpolateBackward", {"mode": "linear", "sizes": [4, 4], "data_format": "NCX"},
+                            [[1, 2, 3], [1, 2, 4]])
     with pytest.raises(InvalidGraphError, match="exactly one of the attributes 'sizes' and 'scales'"):
         infer_output_shapes("InterpolateBackward", {"mode": "linear"}, [[1, 2, 3], [1, 2, 6]])
 
