@@ -11,9 +11,11 @@ Then *when overlap helps*: an out-of-order stream puts a kernel on a lane of its
 leaves compute units idle and runs long (``Primitive.overlaps``); everything else stays on lane 0,
 in order, so out-of-order never costs more than in order. The demo shows both cases side by side:
 the diamond's kernels, then eight independent skinny matmuls and eight independent row sums of
-long rows, each on an out-of-order and an in-order stream. Which of them overlap depends on the
-device: on PoCL both (a few work-groups looping over a long axis), on an NVIDIA GPU only the row
-sums (its skinny matmul splits K over a work-group and is done before another lane pays off).
+long rows, each on an out-of-order and an in-order stream, each printed with the rule's reason.
+The row sums leave units idle for long on every device, so they overlap (a PoCL core or a GPU
+multiprocessor per row); the diamond's kernels fill the device and stay on lane 0. The skinny
+matmul's verdict depends on the kernel a device gets: its PoCL kernel takes at least one work-group
+a core (lane 0), NVIDIA's splits K over a work-group and is done before another lane pays off.
 """
 
 from __future__ import annotations
@@ -157,10 +159,13 @@ class _Workload:
     threshold: float
 
 
-def _workloads(m: int = 8, k: int = 32768, n: int = 32, rows: int = 8, length: int = 1 << 20) -> list[_Workload]:
+def _workloads(m: int = 8, k: int = 32768, n: int = 32, rows: int = 2, length: int = 1 << 22) -> list[_Workload]:
     """Two kinds of independent kernel that may under-fill a device: skinny matmuls (on PoCL a
     few work-groups looping over a long K; NVIDIA's kernel splits K over a work-group and ends
-    in ~23 µs) and row sums of a few long rows (one work-item per row on every device)."""
+    in ~23 µs) and row sums of two 16 MiB rows. Those take one work-item per row on PoCL and one
+    work-group per row on a GPU (``ocl:wg_output``), whose 256 work-items stream 64 KiB each:
+    long enough for ``may_overlap`` on either. At 8 rows of 1M, a GPU's work-items stream 16 KiB
+    each and the sums stay on lane 0."""
     mm = MatmulDesc(MemoryDesc((m, k)), MemoryDesc((k, n)), MemoryDesc((m, n)))
     rowsum = ReductionDesc("sum", MemoryDesc((rows, length)), MemoryDesc((rows, 1)))
     shared_src = np.random.default_rng(1).uniform(-1, 1, (m, k)).astype(np.float32)
