@@ -9,7 +9,7 @@ graphs given with --case. Both lowerings compile the same partition; the op-by-o
 compile_partition with the int8 matcher answering "no match" (so the f32 post-op chain still
 fuses into the matmul, as before this fusion existed). Each variant's outputs are checked against
 the graph's numpy reference (integer outputs within one step of it: the fused kernel sums exact
-integers, op by op sums dequantized f32 values; float outputs by the driver's rule), before
+integers, op by op sums dequantized f32 values; float outputs by the driver's benchdnn rule), before
 timing. Timing: wall time of one execution awaited, variants alternating, median of N.
 
     python benchmarks/bench_int8_matmul.py [--m 128 --k 1024 --n 1024] [--repeat 30] [--case FILE ...]
@@ -33,7 +33,7 @@ from triodnn import StreamFlags
 from triodnn.graph import Graph, LogicalTensor, Op, _int8_matmul, from_dict
 from triodnn.graph import _compiled_partition as compiled_partition
 from triodnn.kernels import quantized_matmul
-from triodnn.testing._driver import make_inputs, reference_outputs
+from triodnn.testing._driver import compare, make_inputs, reference_outputs
 
 
 def lt(i, shape, dtype="f32"):
@@ -53,12 +53,15 @@ def int8_matmul(m: int, k: int, n: int) -> Graph:
     return g
 
 
-async def compile_all(graph, engine, fused: bool):
-    # Both int8 matchers (matmul and convolution) answer "no match" for the op-by-op variant.
-    originals = compiled_partition.find_int8_matmuls, compiled_partition.find_int8_convolutions
+# The matchers that answer "no match" for the op-by-op variant.
+INT8_MATCHERS = ("find_int8_matmuls", "find_int8_convolutions")
+
+
+async def compile_all(graph, engine, fused: bool, matchers=INT8_MATCHERS):
+    originals = {name: getattr(compiled_partition, name) for name in matchers}
     if not fused:
-        compiled_partition.find_int8_matmuls = lambda *args: {}
-        compiled_partition.find_int8_convolutions = lambda *args: {}
+        for name in matchers:
+            setattr(compiled_partition, name, lambda *args, **kwargs: {})
     try:
         out = []
         for p in graph.get_partitions():
@@ -67,16 +70,18 @@ async def compile_all(graph, engine, fused: bool):
             out.append(cp)
         return out
     finally:
-        compiled_partition.find_int8_matmuls, compiled_partition.find_int8_convolutions = originals
+        for name, matcher in originals.items():
+            setattr(compiled_partition, name, matcher)
 
 
-async def bench(name, graph, engine, repeat):
+async def bench(name, graph, engine, repeat, matchers=INT8_MATCHERS):
     arrays = make_inputs(graph, seed=0)
-    want, _ = reference_outputs(graph, arrays)
+    want, magnitudes = reference_outputs(graph, arrays)
+    kinds = {op.kind for op in graph.ops}
     stream = await engine.stream(StreamFlags.in_order)
     variants = {}
     for fused in (True, False):
-        variants[fused] = await common.bind_graph(graph, engine, await compile_all(graph, engine, fused), arrays)
+        variants[fused] = await common.bind_graph(graph, engine, await compile_all(graph, engine, fused, matchers), arrays)
 
     async def once(plan):
         event = None
@@ -93,7 +98,8 @@ async def bench(name, graph, engine, repeat):
                 diff = np.abs(got - ref)
                 assert diff.max() <= 1 and (diff == 0).mean() > 0.9, (name, fused, diff.max())
             else:
-                assert np.allclose(got, ref, rtol=2**-6, atol=2**-6 * (1 + np.abs(ref).max())), (name, fused)
+                check = compare(out, got, ref, kinds, magnitudes.get(out.id))
+                assert check.passed, (name, fused, check)
     times = {True: [], False: []}
     for _ in range(3):  # warm-up
         for _, plan, _ in variants.values():
