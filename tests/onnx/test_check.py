@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import triodnn.onnx
 from triodnn._cli import main
+from triodnn._runtime import default_engine_spec
 
 DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "pytorch-converted")
 
@@ -24,7 +25,7 @@ def test_a_shipped_model_passes_and_is_timed(capsys):
     assert main(["onnx", model, "--mode", "CP", "--repeat", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"0:PASSED {model} test_data_set_0: max abs error ")
-    assert out[1].startswith(f"perf: {model} on cpu:0 (") and out[1].endswith("over 3 runs, each awaited")
+    assert out[1].startswith(f"perf: {model} on {default_engine_spec()} (") and out[1].endswith("over 3 runs, each awaited")
     assert out[-1] == "tests:1 passed:1 failed:0"
 
 
