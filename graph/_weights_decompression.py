@@ -10,7 +10,8 @@ dequantizes each weight in registers and rounds it to the DynamicDequantize's ou
 accumulates in f32, as the matmul op by op reads that type.
 
 Fused where it was measured to pay: the CPU's blocked kernel (``kernels.dequantizing_matmul``,
-9x op by op at the gated MLP's 1 x 4096 x 14336). Elsewhere the ops run one by one.
+9x op by op at the gated MLP's 1 x 4096 x 14336). Elsewhere the ops run one by one: on an H200
+the plain kernel ran that MLP 3.5x slower than they do (BENCHMARKS.md §19).
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ def fusion_pays(n: int, group: tuple[int, int], config: KernelConfig) -> bool:
     """Whether DynamicDequantize -> MatMul should run as this kind for N columns in groups of
     ``group`` (along K, along N): where the CPU's blocks apply (measured 9x op by op with one
     scale a block; a vector of scales a block, per column, loaded once per group of at least 32
-    k); not on a GPU configuration, where neither kernel has been measured against the ops one
-    by one."""
+    k); not on a GPU configuration, where the one-element-per-work-item kernel ran oneDNN's int4
+    gated MLP (M = 1, K = 4096) 3.5x slower than the ops one by one on an H200 (BENCHMARKS.md
+    §19): each work-item walks all of K alone."""
     gk, gn = group
     return config.vector_width >= 16 and _columns_fit(n, gn) and (gn != 1 or gk >= CPU_TN)
 
