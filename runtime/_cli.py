@@ -118,8 +118,9 @@ def _graph(args: argparse.Namespace) -> int:
 
 
 def _onnx(args: argparse.Namespace) -> int:
-    """An ONNX model checked against the data sets beside it (or ONNX's reference evaluator) and
-    timed; one line per data set, then the timing and the totals. A FAILED data set exits 1."""
+    """An ONNX model checked against the data sets beside it (or ONNX Runtime, else ONNX's reference
+    evaluator) and timed; one line per data set, then the timing and the totals. A FAILED data set
+    exits 1."""
     if check_onnx_model is None:
         print(f"triodnn onnx: needs the onnx package (pip install 'triodnn[onnx]'): {ONNX_MISSING}", file=sys.stderr)
         return 2
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         "onnx", help="check (--mode C) or time (--mode P) an ONNX model",
         description="Runs MODEL on the data sets beside it (test_data_set_N/input_K.pb, output_K.pb, as ONNX's "
                     "model directories keep them) and compares with their outputs (rtol 1e-3, atol 1e-7); "
-                    "without data sets, on drawn inputs against ONNX's reference evaluator. Input errors exit 2, "
+                    "without data sets, on drawn inputs against ONNX Runtime where installed, else ONNX's reference "
+                    "evaluator. Input errors exit 2, "
                     "a FAILED data set 1. Needs the onnx extra.")
     onnx_command.add_argument("model", help="an ONNX model file")
     onnx_command.add_argument("--engine", help="KIND[:INDEX], e.g. cpu or gpu:0 (default: $TRIODNN_ENGINE or cpu:0)")

@@ -4,7 +4,8 @@ ONNX's model directories (the model zoo's, the ``onnx`` wheel's test data) keep
 ``test_data_set_N/input_K.pb`` and ``output_K.pb`` beside ``model.onnx``: each data set runs and
 its outputs are compared with the shipped ones at ONNX's model-test tolerance (rtol 1e-3, atol
 1e-7). A model without data sets runs on inputs drawn here (normal, seed 0; a symbolic dim is 1)
-against ONNX's reference evaluator. Symbolic dims take the first data set's sizes. ``mode`` P
+against ONNX Runtime where it is installed (what a user would run the model on instead; its CPU
+provider), else against ONNX's reference evaluator. Symbolic dims take the first data set's sizes. ``mode`` P
 times ``repeat`` runs of the first data set, each awaited (wall time of one request, as a
 pipeline's caller sees it).
 """
@@ -15,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from types import ModuleType
 
 import attrs
 import numpy as np
@@ -26,6 +28,12 @@ from .._runtime import open_runtime, parse_engine_spec
 from ..graph import compile_graph
 from ._builder import OnnxImportError
 from ._import import declared_dims, from_onnx, load_model, model_inputs
+
+_onnxruntime: ModuleType | None
+try:
+    import onnxruntime as _onnxruntime
+except ImportError:  # optional: ONNX's reference evaluator stands in for it
+    _onnxruntime = None
 
 RTOL, ATOL = 1e-3, 1e-7
 
@@ -57,9 +65,24 @@ class ModelCheck:
         return all(d.passed for d in self.data_sets)
 
 
+def reference_name() -> str:
+    """What computes the expected outputs of a model without data sets."""
+    return f"ONNX Runtime {_onnxruntime.__version__}" if _onnxruntime is not None else "onnx.reference"
+
+
+def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
+                      onnxruntime: bool = True) -> list[np.ndarray]:
+    """The model's outputs for ``feeds`` by ``reference_name()``: ONNX Runtime's CPU provider
+    where installed (and ``onnxruntime``), else ONNX's reference evaluator."""
+    if onnxruntime and _onnxruntime is not None:
+        session = _onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return [np.asarray(r) for r in session.run(None, feeds)]
+    return [np.asarray(r) for r in onnx.reference.ReferenceEvaluator(model).run(None, feeds)]
+
+
 def data_sets(model_path: str, model: onnx.ModelProto) -> list[tuple[str, list[np.ndarray], list[np.ndarray] | None]]:
     """``(name, inputs, expected outputs)`` of each ``test_data_set_*`` beside ``model_path``;
-    without any, one drawn set whose outputs the reference evaluator gives."""
+    without any, one drawn set whose outputs ``reference_outputs`` gives."""
     folder = os.path.dirname(os.path.abspath(model_path))
     found = sorted((d for d in os.listdir(folder) if re.fullmatch(r"test_data_set_\d+", d)),
                    key=lambda d: int(d.rsplit("_", 1)[1]))
@@ -69,7 +92,7 @@ def data_sets(model_path: str, model: onnx.ModelProto) -> list[tuple[str, list[n
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal([d if d > 0 else 1 for d in declared_dims(info)]).astype(
         onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)) for info in model_inputs(model)]
-    return [("drawn (seed 0)", inputs, None)]
+    return [(f"drawn (seed 0) against {reference_name()}", inputs, None)]
 
 
 def _tensors(folder: str, prefix: str) -> list[np.ndarray]:
@@ -143,8 +166,7 @@ async def check_model(model_path: str, *, engine_spec: str | None = None, mode: 
                                                f"{len(inputs)} inputs in the data set; the model takes {len(names)}"))
                     continue
                 if expected is None:
-                    expected = [np.asarray(r) for r in onnx.reference.ReferenceEvaluator(model).run(
-                        None, dict(zip(names, inputs)))]
+                    expected = reference_outputs(model, dict(zip(names, inputs)))
                 passed, worst, detail = compare(await run(inputs), expected)
                 checks.append(DataSetCheck(name, passed, worst, detail))
         times = []

@@ -186,6 +186,40 @@ def _unary_with_attrs(b: Builder, node: onnx.NodeProto, attrs: dict):
     return None
 
 
+@converter("Neg")
+def _neg(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """oneDNN has no negation: a Multiply by -1 (torch's Softmin exports as Neg, Softmax)."""
+    if _integers(b, node.input):
+        return False
+    b.add("Multiply", [b.tensor(node.input[0]), b.constant(np.asarray(-1.0, np.float32))],
+          [b.output(node.output[0])], name=node.name)
+    return None
+
+
+@converter("Selu")
+def _selu(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """gamma * elu(x, alpha): oneDNN's Elu, then a Multiply (ONNX's defaults, SELU's constants)."""
+    alpha = float(attrs.get("alpha", 1.67326319217681884765625))
+    gamma = float(attrs.get("gamma", 1.05070102214813232421875))
+    elu = b.new()
+    b.add("Elu", [b.tensor(node.input[0])], [elu], name=node.name, alpha=alpha)
+    b.add("Multiply", [elu, b.constant(np.asarray(gamma, np.float32))], [b.output(node.output[0])])
+    return None
+
+
+@converter("InstanceNormalization")
+def _instance_norm(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Each (sample, channel) plane normalized, then scaled and shifted per channel: oneDNN's
+    GroupNorm with one group per channel."""
+    shape = b.shape(node.input[1])
+    if shape is None or len(shape) != 1:
+        return False
+    b.add("GroupNorm", [b.tensor(name) for name in node.input], [b.output(node.output[0])], name=node.name,
+          groups=int(shape[0]), use_affine=True, keep_stats=False, epsilon=float(attrs.get("epsilon", 1e-5)),
+          data_format="NCX")
+    return None
+
+
 @converter("Clip")
 def _clip(b: Builder, node: onnx.NodeProto, attrs: dict):
     """Clip's bounds are attributes before opset 11, optional known inputs after."""

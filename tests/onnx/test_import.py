@@ -161,6 +161,29 @@ async def test_softmax_before_opset_13_flattens_from_its_axis(engine, rng):
     np.testing.assert_allclose(y, (want / want.sum(1, keepdims=True)).reshape(2, 3, 4), rtol=1e-5, atol=1e-7)
 
 
+async def test_softmin_selu_and_instance_norm_convert_without_a_wildcard(engine, rng):
+    """torch's Softmin exports as Neg then Softmax, SELU as Selu, InstanceNorm2d as
+    InstanceNormalization: Multiply by -1, Elu then Multiply, and GroupNorm of one group a channel."""
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    scale, bias = rng.uniform(0.5, 2, 3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    model = _model([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Softmax", ["n"], ["soft"], axis=1),
+                    helper.make_node("Selu", ["x"], ["selu"]),
+                    helper.make_node("InstanceNormalization", ["x", "scale", "bias"], ["inorm"], epsilon=1e-3)],
+                   [_value("x", [2, 3, 4, 5])], [_value(n, [2, 3, 4, 5]) for n in ("soft", "selu", "inorm")],
+                   initializers=[("scale", scale), ("bias", bias)])
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    assert not onnx_graph.wildcard_nodes
+    assert _kinds(onnx_graph) == {"Multiply": 2, "SoftMax": 1, "Elu": 1, "GroupNorm": 1}
+    got = await _run(engine, onnx_graph, {"x": x})
+    x64 = x.astype(np.float64)
+    e = np.exp(-x64 - (-x64).max(1, keepdims=True))
+    selu = 1.0507009873554805 * np.where(x64 > 0, x64, 1.6732632423543772 * np.expm1(x64))
+    mean, var = x64.mean((2, 3), keepdims=True), x64.var((2, 3), keepdims=True)
+    inorm = (x64 - mean) / np.sqrt(var + 1e-3) * scale[:, None, None] + bias[:, None, None]
+    for y, want in zip(got, (e / e.sum(1, keepdims=True), selu, inorm)):
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_models_and_inputs_are_named():
     with pytest.raises(triodnn.onnx.OnnxImportError, match="no ONNX model at 'missing.onnx'"):
         triodnn.onnx.from_onnx("missing.onnx")
