@@ -12,6 +12,7 @@ pipeline's caller sees it).
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import time
@@ -31,7 +32,7 @@ from ._import import declared_dims, from_onnx, load_model, model_inputs
 
 _onnxruntime: ModuleType | None
 try:
-    import onnxruntime as _onnxruntime
+    _onnxruntime = importlib.import_module("onnxruntime")
 except ImportError:  # optional: ONNX's reference evaluator stands in for it
     _onnxruntime = None
 
