@@ -168,6 +168,8 @@ def from_onnx(model, *, input_shapes: Mapping[str, tuple] | None = None,
             passed = b.new(lt.dtype, lt.shape)
             b.add("Reorder", [lt], [passed], name=f"output {info.name}")
             lt = passed
+        elif b.graph.consumers(lt.id):  # a node reads it too: oneDNN's End keeps it a graph output
+            b.add("End", [lt], [], name=f"output {info.name}")
         outputs[info.name] = lt.id
     read = frozenset(lt.id for lt in b.graph.input_tensors())
     return OnnxGraph(b.graph, inputs, outputs, b.constants, b.wildcard_nodes, opset,

@@ -184,6 +184,20 @@ async def test_softmin_selu_and_instance_norm_convert_without_a_wildcard(engine,
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+async def test_an_output_another_node_reads_is_still_returned(engine, rng):
+    """ONNX lets a graph output feed other nodes (logits beside their softmax); an End op keeps
+    it a graph output."""
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    model = _model([helper.make_node("Relu", ["x"], ["logits"]), helper.make_node("Softmax", ["logits"], ["p"])],
+                   [_value("x", [2, 5])], [_value("p", [2, 5]), _value("logits", [2, 5])])
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    assert _kinds(onnx_graph) == {"ReLU": 1, "SoftMax": 1, "End": 1}
+    p, logits = await _run(engine, onnx_graph, {"x": x})
+    np.testing.assert_array_equal(logits, np.maximum(x, 0))
+    e = np.exp(logits.astype(np.float64) - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
 def test_bad_models_and_inputs_are_named():
     with pytest.raises(triodnn.onnx.OnnxImportError, match="no ONNX model at 'missing.onnx'"):
         triodnn.onnx.from_onnx("missing.onnx")
