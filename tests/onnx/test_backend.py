@@ -47,7 +47,7 @@ NODE_CASES = (
     "convtranspose", "convtranspose_pads", "convtranspose_dilations", "convtranspose_group_2",
     "convtranspose_output_shape", "prelu_example", "prelu_broadcast", "quantizelinear", "quantizelinear_axis",
     "dequantizelinear", "dequantizelinear_axis", "neg", "selu", "selu_default", "instancenorm_example",
-    "instancenorm_epsilon",
+    "instancenorm_epsilon", "lrn", "lrn_default",
 )
 
 # Every model of pytorch-converted/ (torch.nn modules exported to ONNX) and pytorch-operator/

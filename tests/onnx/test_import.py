@@ -102,15 +102,15 @@ async def test_constants_fold_and_gemm_scales(engine, rng):
 
 
 async def test_a_node_without_converter_runs_through_its_handler(engine, rng):
-    """LRN has no oneDNN Graph op: a Wildcard that ``handlers()`` runs through ONNX's reference
-    evaluator (the results are the evaluator's for the whole model); without handlers,
+    """Hardmax has no oneDNN Graph op: a Wildcard that ``handlers()`` runs through ONNX's
+    reference evaluator (the results are the evaluator's for the whole model); without handlers,
     compile_graph names it."""
     x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
-    nodes = [helper.make_node("LRN", ["x"], ["l"], size=3), helper.make_node("Relu", ["l"], ["y"])]
+    nodes = [helper.make_node("Hardmax", ["x"], ["l"], axis=1), helper.make_node("Relu", ["l"], ["y"])]
     model = _model(nodes, [_value("x", [1, 4, 3, 3])], [_value("y", [1, 4, 3, 3])])
     onnx_graph = triodnn.onnx.from_onnx(model)
     assert _kinds(onnx_graph) == {"Wildcard": 1, "ReLU": 1}
-    assert [n.op_type for n in onnx_graph.wildcard_nodes.values()] == ["LRN"]
+    assert [n.op_type for n in onnx_graph.wildcard_nodes.values()] == ["Hardmax"]
     with pytest.raises(MissingHandlerError, match="Wildcard"):
         await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants)
     (y,) = await _run(engine, onnx_graph, {"x": x}, handlers=onnx_graph.handlers())
@@ -196,6 +196,20 @@ async def test_an_output_another_node_reads_is_still_returned(engine, rng):
     np.testing.assert_array_equal(logits, np.maximum(x, 0))
     e = np.exp(logits.astype(np.float64) - logits.max(1, keepdims=True))
     np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+async def test_lrn_runs_on_the_host_as_its_specification_says(engine):
+    """ONNX's reference evaluator (onnx 1.23) loops LRN's channel window over the batch dim; with
+    one image and 4 channels it leaves channels 1-3 undivided. triodnn's LRN (a Wildcard run on
+    the host) follows the specification, as ONNX Runtime does."""
+    model = _model([helper.make_node("LRN", ["x"], ["y"], size=3, alpha=0.5, beta=1.0, bias=1.0)],
+                   [_value("x", [1, 4, 1, 1])], [_value("y", [1, 4, 1, 1])])
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 4, 1, 1)
+    (y,) = await _run(engine, onnx_graph, {"x": x}, handlers=onnx_graph.handlers())
+    squares = x.reshape(4).astype(np.float64) ** 2
+    windows = [squares[max(0, c - 1):c + 2].sum() for c in range(4)]
+    np.testing.assert_allclose(y.reshape(4), x.reshape(4) / (1 + 0.5 / 3 * np.array(windows)), rtol=1e-6)
 
 
 def test_bad_models_and_inputs_are_named():
