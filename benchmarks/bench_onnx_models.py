@@ -16,10 +16,13 @@ Timing, both sides the same way: wall time, median of --reps samples taken in tu
 - "queued": --queue requests through ``runner.map`` (4 in flight), per request; ONNX Runtime's
   session runs them one after another (its intra-op pool is the parallelism it has).
 ONNX Runtime gets ``--threads`` intra-op threads (default: the machine's cores); triodnn runs on
-the --engine device.
+the --engine device. With --torch (a GPU engine, torch and onnx2torch installed), torch eager on
+the GPU runs beside them, the model converted by onnx2torch: "one" is a forward and a
+``torch.cuda.synchronize()``, "queued" --queue forwards then one synchronize, per request; its
+outputs are checked against ONNX Runtime's as triodnn's are.
 
     python benchmarks/bench_onnx_models.py [--engine cpu:0] [--models squeezenet resnet50 ...]
-        [--reps 5] [--queue 8] [--threads N]
+        [--reps 5] [--queue 8] [--threads N] [--torch]
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ import trio
 import triodnn
 import triodnn.onnx
 from triodnn.graph import compile_graph
+
+try:  # an optional peer on a GPU machine
+    import torch
+    from onnx2torch import convert as onnx_to_torch
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    torch = None
+    TORCH_MISSING = str(exc)
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 MODELS = ("squeezenet", "shufflenet", "bvlc_alexnet", "zfnet512", "inception_v1", "resnet50", "inception_v2",
@@ -130,9 +140,43 @@ async def bench_model(name: str, engine, args) -> dict:
         for _ in range(n):
             session.run(None, {info.name: x})
 
+    sides = ["triodnn", "ort"]
     samples: dict[str, list[float]] = {"triodnn one": [], "triodnn queued": [], "ort one": [], "ort queued": []}
+    module = None
+    if args.torch:
+        # Strict f32 on both sides (triodnn computes f32 products in f32; torch's convolutions
+        # would use TF32 by default), and inference Dropout as Identity (onnx2torch has no
+        # converter for Dropout-7).
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for_torch = onnx.ModelProto()
+        for_torch.CopyFrom(model)
+        for node in for_torch.graph.node:
+            if node.op_type == "Dropout":
+                del node.output[1:], node.attribute[:]
+                node.op_type = "Identity"
+        try:
+            module = onnx_to_torch(for_torch).eval().cuda()
+            xt = torch.from_numpy(x).cuda()
+            with torch.inference_mode():
+                outs = module(xt)
+            outs = outs if isinstance(outs, tuple | list) else (outs,)
+            error = max(error, *(check(o.float().cpu().numpy(), w) for o, w in zip(outs, wants, strict=True)))
+        except Exception as exc:  # onnx2torch's converters do not cover every old opset
+            print(f"|   torch eager, {name}: {type(exc).__name__}: {str(exc)[:200]} |", flush=True)
+            module = None
+    if module is not None:
+
+        def torch_runs(n):
+            with torch.inference_mode():
+                for _ in range(n):
+                    module(xt)
+            torch.cuda.synchronize()
+
+        sides.append("torch")
+        samples |= {"torch one": [], "torch queued": []}
     for rep in range(args.reps):
-        order = ["triodnn", "ort"] if rep % 2 == 0 else ["ort", "triodnn"]
+        order = sides[rep % len(sides):] + sides[:rep % len(sides)]
         for side in order:
             if side == "triodnn":
                 t0 = time.perf_counter()
@@ -141,6 +185,13 @@ async def bench_model(name: str, engine, args) -> dict:
                 t0 = time.perf_counter()
                 await triodnn_queued()
                 samples["triodnn queued"].append((time.perf_counter() - t0) / args.queue)
+            elif side == "torch":
+                t0 = time.perf_counter()
+                torch_runs(1)
+                samples["torch one"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                torch_runs(args.queue)
+                samples["torch queued"].append((time.perf_counter() - t0) / args.queue)
             else:
                 t0 = time.perf_counter()
                 ort_runs(1)
@@ -166,6 +217,10 @@ async def main(args) -> None:
             print(f"| {name} | {r['compile_s']:.1f} | {r['triodnn one']:.2f} | {r['ort one']:.2f} | "
                   f"{r['ort one'] / r['triodnn one']:.2f}x | {r['triodnn queued']:.2f} | {r['ort queued']:.2f} | "
                   f"{r['ort queued'] / r['triodnn queued']:.2f}x | {r['error']:.2g} |", flush=True)
+            if "torch one" in r:
+                print(f"|   torch eager | | {r['torch one']:.2f} | | {r['torch one'] / r['triodnn one']:.2f}x "
+                      f"(torch ÷ triodnn) | | {r['torch queued']:.2f} | {r['torch queued'] / r['triodnn queued']:.2f}x "
+                      "(torch ÷ triodnn) | |", flush=True)
 
 
 if __name__ == "__main__":
@@ -175,4 +230,8 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    trio.run(main, parser.parse_args())
+    parser.add_argument("--torch", action="store_true", help="torch eager on the GPU beside (needs onnx2torch)")
+    arguments = parser.parse_args()
+    if arguments.torch and torch is None:
+        parser.error(f"--torch needs torch and onnx2torch: {TORCH_MISSING}")
+    trio.run(main, arguments)
