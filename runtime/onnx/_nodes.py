@@ -117,10 +117,31 @@ def _global_pool(b: Builder, node: onnx.NodeProto, attrs: dict):
 
 @converter("BatchNormalization")
 def _batch_norm(b: Builder, node: onnx.NodeProto, attrs: dict):
+    """Inference BatchNormalization. After a convolution, with known statistics and parameters,
+    it is the per-channel affine ``x * a + c`` (``a = scale / sqrt(var + eps)``, ``c = shift -
+    mean * a``, computed here in float64): a Multiply and an Add of constants, which the fusion
+    then puts on the convolution as binary post-ops, as ONNX Runtime folds BN into the conv.
+    Measured on ShuffleNet on PoCL: the 49 separate BatchNormInference kernels took 19 of its
+    45 ms of device time. Elsewhere, one BatchNormInference."""
     if len([o for o in node.output if o]) > 1 or attrs.get("training_mode", 0):
         return False
+    epsilon = float(attrs.get("epsilon", 1e-5))
+    params = [b.known(name) for name in node.input[1:5]]
+    x = b.tensor(node.input[0])
+    made_by = b.graph.producer(x.id)
+    rank = b.rank(node.input[0])
+    if made_by is not None and made_by.kind in ("Convolution", "ConvTranspose") and x.dtype == "f32" \
+            and rank is not None and rank >= 2 and all(p is not None and p.ndim == 1 for p in params):
+        scale, shift, mean, var = (np.asarray(p, np.float64) for p in params)
+        a = scale / np.sqrt(var + epsilon)
+        per_channel = (1, -1) + (1,) * (rank - 2)
+        scaled = b.new()
+        b.add("Multiply", [x, b.constant(a.astype(np.float32).reshape(per_channel))], [scaled], name=node.name)
+        b.add("Add", [scaled, b.constant((shift - mean * a).astype(np.float32).reshape(per_channel))],
+              [b.output(node.output[0])], name=node.name)
+        return None
     b.add("BatchNormInference", [b.tensor(name) for name in node.input], [b.output(node.output[0])],
-          name=node.name, epsilon=float(attrs.get("epsilon", 1e-5)), data_format="NCX")
+          name=node.name, epsilon=epsilon, data_format="NCX")
     return None
 
 

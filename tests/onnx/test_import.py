@@ -149,6 +149,31 @@ async def test_batch_norm_pooling_and_elementwise(engine, rng):
     np.testing.assert_allclose(y, a.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+async def test_batch_norm_after_a_convolution_rides_on_it(engine, rng):
+    """Conv -> BatchNormalization -> Relu with known statistics: the BN becomes a per-channel
+    Multiply and Add of constants, which fuse with the ReLU into the convolution's post-ops:
+    one partition, one primitive."""
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3
+    scale, shift = rng.uniform(0.5, 1.5, 4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    mean, var = rng.standard_normal(4).astype(np.float32), rng.uniform(0.5, 2, 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "sh", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y"])]
+    model = _model(nodes, [_value("x", [2, 3, 6, 6])], [_value("y", [2, 4, 6, 6])],
+                   [("w", w), ("s", scale), ("sh", shift), ("m", mean), ("v", var)])
+    onnx_graph = triodnn.onnx.from_onnx(model)
+    assert _kinds(onnx_graph) == {"Convolution": 1, "Multiply": 1, "Add": 1, "ReLU": 1}
+    runner = await compile_graph(onnx_graph.graph, engine, constants=onnx_graph.constants)
+    (partition,) = runner.compiled_partitions
+    assert [p.kind for p in partition.primitives] == ["convolution"]
+    (y,) = await _run(engine, onnx_graph, {"x": x})
+    c = lambda a: a.reshape(1, -1, 1, 1).astype(np.float64)  # noqa: E731
+    conv = _conv_ref(x.astype(np.float64), w.astype(np.float64), np.zeros(4), 1)
+    want = np.maximum((conv - c(mean)) / np.sqrt(c(var) + 1e-3) * c(scale) + c(shift), 0)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
 async def test_softmax_before_opset_13_flattens_from_its_axis(engine, rng):
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)
     model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [_value("x", [2, 3, 4])],
