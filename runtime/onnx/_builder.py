@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnx.defs
 import onnx.reference
+from onnx.reference.op_run import OpRun
 
 from .._values._dtypes import dtype_of_numpy
 from .._values._errors import InvalidArgumentError, UnsupportedError
@@ -28,36 +29,37 @@ class OnnxImportError(InvalidArgumentError):
     """The ONNX model cannot be read or checked, or is malformed where the importer looks."""
 
 
-def _lrn(node: onnx.NodeProto, x: np.ndarray) -> list[np.ndarray]:
-    """LRN as ONNX's operator specification writes it: each element divided by
-    ``(bias + alpha / size * sum of squares over its channel window) ** beta``, the window
-    ``[c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]`` clipped to the channels; in float64,
-    stored in x's type. ONNX's reference evaluator (onnx 1.23) loops its window over the batch
-    dim instead of the channels, so on one image every channel but the first divides by
-    ``bias ** beta``: AlexNet's probabilities came out 5.5e-4 off ONNX Runtime's, which follows
-    the specification."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    size = int(attrs["size"])
-    alpha, beta, bias = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
-    x64 = np.asarray(x, np.float64)
-    squares = x64 ** 2
-    square_sum = np.empty_like(x64)
-    below, above = (size - 1) // 2, -(-(size - 1) // 2)
-    for c in range(x64.shape[1]):
-        square_sum[:, c] = squares[:, max(0, c - below):c + above + 1].sum(axis=1)
-    return [(x64 / (bias + alpha / size * square_sum) ** beta).astype(np.asarray(x).dtype)]
+class LRN(OpRun):
+    """LRN as ONNX's operator specification writes it, for ONNX's reference evaluator (its own
+    loops the channel window over the batch dim in onnx 1.23, so on one image every channel
+    but the first divided by ``bias ** beta``: AlexNet's probabilities came out 5.5e-4 off ONNX
+    Runtime's, which follows the specification). Each element is divided by ``(bias + alpha /
+    size * sum of squares over its channel window) ** beta``, the window ``[c - floor((size -
+    1) / 2), c + ceil((size - 1) / 2)]`` clipped to the channels; in float64, stored in x's type.
+    The class name is the op type the evaluator replaces."""
+
+    op_domain = ""
+
+    def _run(self, x, alpha=None, beta=None, bias=None, size=None):
+        x64 = np.asarray(x, np.float64)
+        squares = x64 ** 2
+        square_sum = np.empty_like(x64)
+        below, above = (size - 1) // 2, -(-(size - 1) // 2)
+        for c in range(x64.shape[1]):
+            square_sum[:, c] = squares[:, max(0, c - below):c + above + 1].sum(axis=1)
+        return ((x64 / (bias + alpha / size * square_sum) ** beta).astype(np.asarray(x).dtype),)
 
 
-# Operators computed here rather than by ONNX's reference evaluator, where it departs from the
-# operator's specification.
-_HOST = {"LRN": _lrn}
+def reference_evaluator(model: onnx.ModelProto) -> onnx.reference.ReferenceEvaluator:
+    """ONNX's reference evaluator for ``model``, with the operators it departs from the
+    specification on (``LRN``) replaced: what the import's folding, the Wildcard handlers and
+    ``check_model``'s reference all run."""
+    return onnx.reference.ReferenceEvaluator(model, new_ops=[LRN])
 
 
 def run_node(node: onnx.NodeProto, arrays, opset: int) -> list[np.ndarray]:
-    """``node``'s outputs for input ``arrays`` (its present inputs, in order), by ONNX's
-    reference evaluator (or ``_HOST``'s function where the evaluator is wrong)."""
-    if node.domain in ("", "ai.onnx") and node.op_type in _HOST:
-        return _HOST[node.op_type](node, *arrays)
+    """``node``'s outputs for input ``arrays`` (its present inputs, in order), by
+    ``reference_evaluator``."""
     names = [name for name in node.input if name]
     inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), None)
               for name, a in zip(names, arrays)]
@@ -65,12 +67,12 @@ def run_node(node: onnx.NodeProto, arrays, opset: int) -> list[np.ndarray]:
     graph = onnx.helper.make_graph([node], "node", inputs, outputs)
     feeds = dict(zip(names, (np.asarray(a) for a in arrays)))
     try:
-        evaluator = onnx.reference.ReferenceEvaluator(
+        evaluator = reference_evaluator(
             onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)]))
     except RuntimeError:
         # The evaluator implements some operators only from a later version (DequantizeLinear
         # from 19): the node's semantics are those of the latest where the versions agree.
-        evaluator = onnx.reference.ReferenceEvaluator(onnx.helper.make_model(
+        evaluator = reference_evaluator(onnx.helper.make_model(
             graph, opset_imports=[onnx.helper.make_opsetid("", onnx.defs.onnx_opset_version())]))
     return [np.asarray(r) for r in evaluator.run(None, feeds)]
 

@@ -23,11 +23,10 @@ import attrs
 import numpy as np
 import onnx
 import onnx.numpy_helper
-import onnx.reference
 
 from .._runtime import open_runtime, parse_engine_spec
 from ..graph import compile_graph
-from ._builder import OnnxImportError
+from ._builder import OnnxImportError, reference_evaluator
 from ._import import declared_dims, from_onnx, load_model, model_inputs
 
 _onnxruntime: ModuleType | None
@@ -78,7 +77,7 @@ def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     if onnxruntime and _onnxruntime is not None:
         session = _onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return [np.asarray(r) for r in session.run(None, feeds)]
-    return [np.asarray(r) for r in onnx.reference.ReferenceEvaluator(model).run(None, feeds)]
+    return [np.asarray(r) for r in reference_evaluator(model).run(None, feeds)]
 
 
 def data_sets(model_path: str, model: onnx.ModelProto) -> list[tuple[str, list[np.ndarray], list[np.ndarray] | None]]:

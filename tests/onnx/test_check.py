@@ -73,6 +73,24 @@ def test_onnx_runtime_and_the_reference_evaluator_agree_on_a_small_model():
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
+def test_the_reference_evaluator_computes_lrn_as_onnx_runtime_does():
+    """On one image, onnx 1.23's own LRN leaves every channel but the first undivided; the
+    evaluator ``reference_outputs`` falls back on carries triodnn's LRN, which agrees with
+    ONNX Runtime (the specification)."""
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["y"], size=3, alpha=0.5, beta=1.0, bias=1.0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 4, 1, 1)
+    (by_runtime,) = reference_outputs(model, {"x": x})
+    (by_evaluator,) = reference_outputs(model, {"x": x}, onnxruntime=False)
+    np.testing.assert_allclose(by_evaluator, by_runtime, rtol=1e-6)
+    squares = np.arange(1, 5, dtype=np.float64) ** 2
+    windows = [squares[max(0, c - 1):c + 2].sum() for c in range(4)]
+    np.testing.assert_allclose(by_evaluator.reshape(4), np.arange(1, 5) / (1 + 0.5 / 3 * np.array(windows)), rtol=1e-6)
+
+
 def test_a_batch_repeats_the_sample(tmp_path, capsys):
     """A model with a symbolic batch dim and a data set of batch 1, run as a batch of 4."""
     graph = helper.make_graph(
