@@ -24,6 +24,7 @@ import pyopencl as cl
 import trio
 
 import triodnn
+from triodnn._runtime import parse_engine_spec
 from triodnn.graph import Tensor
 from triodnn.kernels import KernelSpec
 
@@ -51,6 +52,12 @@ def parse_args(description: str, extra=None) -> argparse.Namespace:
 
 async def open_engine(runtime, args):
     return await runtime.engine(args.engine_kind, args.engine_index)
+
+
+async def engine_named(runtime, spec: str | None):
+    """The engine ``spec`` ("gpu:0", "cpu") names, or the runtime's default one without it: for
+    scripts whose --engine defaults to None."""
+    return await (runtime.engine(*parse_engine_spec(spec)) if spec else runtime.engine())
 
 
 def engine_facts(engine) -> dict:

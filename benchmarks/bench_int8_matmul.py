@@ -120,8 +120,7 @@ async def main(args):
     if args.tiled_min is not None:
         quantized_matmul.TILED_MIN_DST = args.tiled_min
     async with triodnn.open_runtime() as rt:
-        kind, _, index = (args.engine or "").partition(":")
-        engine = await (rt.engine(kind, int(index or 0)) if kind else rt.engine())
+        engine = await common.engine_named(rt, args.engine)
         graph = int8_matmul(args.m, args.k, args.n)
         await bench(f"int8_matmul {args.m}x{args.k}x{args.n}", graph, engine, args.repeat)
         for case in args.case:

@@ -77,8 +77,7 @@ async def main(args):
     if args.always_fuse:
         compiled_partition.sdpa_kernel.fusion_pays = lambda *sizes, **options: True
     async with triodnn.open_runtime() as rt:
-        kind, _, index = (args.engine or "").partition(":")
-        engine = await (rt.engine(kind, int(index or 0)) if kind else rt.engine())
+        engine = await common.engine_named(rt, args.engine)
         print(f"engine {engine}; wall time of one execution awaited, variants alternating, median of {args.repeat}")
         stream = await engine.stream(StreamFlags.in_order)
         for model in args.models:

@@ -32,6 +32,7 @@ import os
 import statistics
 import time
 
+import _common as common
 import numpy as np
 import onnx
 import onnx.numpy_helper
@@ -128,20 +129,19 @@ async def bench_model(name: str, engine, args) -> dict:
     gots = onnx_graph.ordered_outputs(await runner.run(stream, feeds))
     error = max(check(got, want) for got, want in zip(gots, wants, strict=True))
 
-    async def triodnn_one():
-        await runner.run(stream, feeds)
-
-    async def triodnn_queued():
-        async with runner.map([feeds] * args.queue, stream=stream, max_in_flight=4) as results:
+    async def triodnn_runs(n):
+        if n == 1:
+            await runner.run(stream, feeds)
+            return
+        async with runner.map([feeds] * n, stream=stream, max_in_flight=4) as results:
             async for _ in results:
                 pass
 
-    def ort_runs(n):
+    async def ort_runs(n):
         for _ in range(n):
             session.run(None, {info.name: x})
 
-    sides = ["triodnn", "ort"]
-    samples: dict[str, list[float]] = {"triodnn one": [], "triodnn queued": [], "ort one": [], "ort queued": []}
+    runs = {"triodnn": triodnn_runs, "ort": ort_runs}  # each side: n requests, done when they are
     module = None
     if args.torch:
         # Strict f32 on both sides (triodnn computes f32 products in f32; torch's convolutions
@@ -167,46 +167,28 @@ async def bench_model(name: str, engine, args) -> dict:
             module = None
     if module is not None:
 
-        def torch_runs(n):
+        async def torch_runs(n):
             with torch.inference_mode():
                 for _ in range(n):
                     module(xt)
             torch.cuda.synchronize()
 
-        sides.append("torch")
-        samples |= {"torch one": [], "torch queued": []}
+        runs["torch"] = torch_runs
+    sides = list(runs)
+    samples: dict[str, list[float]] = {f"{side} {mode}": [] for side in sides for mode in ("one", "queued")}
     for rep in range(args.reps):
-        order = sides[rep % len(sides):] + sides[:rep % len(sides)]
-        for side in order:
-            if side == "triodnn":
+        for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
+            for mode, n in (("one", 1), ("queued", args.queue)):
                 t0 = time.perf_counter()
-                await triodnn_one()
-                samples["triodnn one"].append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                await triodnn_queued()
-                samples["triodnn queued"].append((time.perf_counter() - t0) / args.queue)
-            elif side == "torch":
-                t0 = time.perf_counter()
-                torch_runs(1)
-                samples["torch one"].append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                torch_runs(args.queue)
-                samples["torch queued"].append((time.perf_counter() - t0) / args.queue)
-            else:
-                t0 = time.perf_counter()
-                ort_runs(1)
-                samples["ort one"].append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                ort_runs(args.queue)
-                samples["ort queued"].append((time.perf_counter() - t0) / args.queue)
+                await runs[side](n)
+                samples[f"{side} {mode}"].append((time.perf_counter() - t0) / n)
     ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return {"model": name, "compile_s": compile_s, "error": error, "wildcards": len(onnx_graph.wildcard_nodes), **ms}
 
 
 async def main(args) -> None:
     async with triodnn.open_runtime() as rt:
-        kind, _, index = (args.engine or "").partition(":")
-        engine = await (rt.engine(kind, int(index or 0)) if kind else rt.engine())
+        engine = await common.engine_named(rt, args.engine)
         print(f"{engine.kind}:{engine.index} {engine.info.name}; ONNX Runtime {ort.__version__} with "
               f"{args.threads} intra-op threads; median of {args.reps}, queued = {args.queue} requests", flush=True)
         print("| model | compile s | triodnn one ms | ORT one ms | ORT ÷ triodnn (one) | triodnn queued ms/req "

@@ -23,6 +23,7 @@ import copy
 import json
 from pathlib import Path
 
+import _common as common
 import trio
 from bench_int8_matmul import INT8_MATCHERS, bench
 
@@ -51,8 +52,7 @@ async def main(args):
     if args.always_fuse:
         _weights_decompression.fusion_pays = lambda *sizes: True
     async with triodnn.open_runtime() as rt:
-        kind, _, index = (args.engine or "").partition(":")
-        engine = await (rt.engine(kind, int(index or 0)) if kind else rt.engine())
+        engine = await common.engine_named(rt, args.engine)
         print(f"{engine.kind}:{engine.index} {engine.info.name}", flush=True)
         graph = from_dict(json.loads(Path(args.root, MLP).read_text()))
         await bench(Path(MLP).name, graph, engine, args.repeat, ("find_dequantizing_matmuls",))
