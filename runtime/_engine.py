@@ -324,7 +324,11 @@ class Engine:
             impl for impl in cache.values()
             if impl.key.device == self._device_identity and _cache_blob.serializable(impl.key)
         ]
-        return _cache_blob.dump(impls, self._device_identity, __version__)
+        # The engine's own float16 answer goes with the entries: a process that ran other
+        # configurations on this device (tests of GPU-shaped kernels on a CPU) holds entries of
+        # both answers, and a loader guessing from them would take the wrong one and build again.
+        return _cache_blob.dump(impls, self._device_identity, __version__,
+                                splits_float16_calls=self.info.splits_float16_calls)
 
     async def load_primitive_cache_blob(self, blob: bytes) -> int:
         """Put the blob's implementations into the primitive cache and load their binaries on this

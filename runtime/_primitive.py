@@ -87,7 +87,8 @@ class Primitive:
         in this or another process, on an engine of the same device."""
         if not _cache_blob.serializable(self._entry.key):
             raise CacheBlobError(f"{type(self.desc).__name__} descriptors cannot be stored in a blob")
-        return _cache_blob.dump([self._entry], self._entry.key.device, __version__)
+        return _cache_blob.dump([self._entry], self._entry.key.device, __version__,
+                                splits_float16_calls=self._entry.key.config.split_float16_calls)
 
     def kernel_buffers(self, args, engine: Engine) -> tuple[cl.Buffer, ...]:
         """The kernel's buffer arguments in order, after checking every passed Memory against

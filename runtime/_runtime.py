@@ -62,11 +62,15 @@ def current_runtime() -> Runtime:
 
 
 def _read_blob(blob: bytes, device: cl.Device) -> tuple[list[PrimitiveImpl], bool | None]:
-    """A cache blob's implementations for ``device``, and whether their kernels pass float16
-    calls split (their configurations record the answer of the device's probe; None for a blob
-    of no entries). ``CacheBlobError`` for a blob of another device or triodnn version."""
+    """A cache blob's implementations for ``device``, and whether kernels pass float16 calls
+    split there: the answer its writing engine recorded, else the one its entries'
+    configurations agree on (None when they differ or there are none: the device is probed).
+    ``CacheBlobError`` for a blob of another device or triodnn version."""
     identity = DeviceIdentity.of(DeviceInfo(**describe_device(device), splits_float16_calls=False))
     impls = _cache_blob.load(blob, identity, __version__)
+    recorded = _cache_blob.float16_answer(blob)
+    if recorded is not None:
+        return impls, recorded
     splits = {impl.key.config.split_float16_calls for impl in impls}
     return impls, splits.pop() if len(splits) == 1 else None
 
@@ -81,7 +85,8 @@ def _vouch_from_blob(blob: bytes) -> None:
             _, split = _read_blob(blob, device)
         except CacheBlobError:
             continue
-        vouch_for(device, bool(split))
+        if split is not None:  # an unknown answer is the probe's to give
+            vouch_for(device, split)
         return
 
 

@@ -142,9 +142,12 @@ def _key_from_json(data: dict, device, entry_name: str) -> PrimitiveKey:
     )
 
 
-def dump(impls: list[PrimitiveImpl], device, triodnn_version: str) -> bytes:
+def dump(impls: list[PrimitiveImpl], device, triodnn_version: str, *,
+         splits_float16_calls: bool | None = None) -> bytes:
     """A blob of ``impls`` (all of ``device``), each with its binary; an implementation whose
-    program this process no longer holds (``PrimitiveImpl.binary`` gives None) is left out."""
+    program this process no longer holds (``PrimitiveImpl.binary`` gives None) is left out.
+    ``splits_float16_calls``: the writing engine's float16 answer (its device probe), which a
+    loading process takes instead of probing; None leaves it to the entries' configurations."""
     entries, binaries, offset = [], [], 0
     for impl in impls:
         binary = impl.binary()
@@ -164,8 +167,20 @@ def dump(impls: list[PrimitiveImpl], device, triodnn_version: str) -> bytes:
         "triodnn": triodnn_version,
         "device": attrs.asdict(device),
         "entries": entries,
+        **({} if splits_float16_calls is None else {"splits_float16_calls": bool(splits_float16_calls)}),
     }).encode()
     return frame(header, b"".join(binaries))
+
+
+def float16_answer(blob: bytes) -> bool | None:
+    """The float16 answer the blob's writer recorded (``dump``'s ``splits_float16_calls``), or
+    None where it recorded none. Read from the header alone: ``load`` checks the rest."""
+    header_bytes, _ = unframe(bytes(blob))
+    try:
+        answer = json.loads(header_bytes).get("splits_float16_calls")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return answer if isinstance(answer, bool) else None
 
 
 def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:

@@ -178,6 +178,39 @@ def test_engine_blob_in_a_new_process_compiles_nothing(tmp_path):
     assert opened.stdout.split() == ["0", "3", split, "0"]
 
 
+def with_a_foreign_entry(blob: bytes, recorded: bool | None) -> bytes:
+    """``blob``'s entry twice, the copy under the other float16 answer's configuration (what a
+    process that ran GPU-shaped kernels on a CPU device holds), and the writer's recorded answer
+    replaced by ``recorded`` (None: none recorded, as blobs before the record)."""
+    def change(header):
+        entry = header["entries"][0]
+        foreign = json.loads(json.dumps(entry))
+        config = foreign["key"]["config"]
+        config["split_float16_calls"] = not config["split_float16_calls"]
+        foreign["offset"] = entry["size"]
+        header["entries"].append(foreign)
+        header.pop("splits_float16_calls", None)
+        if recorded is not None:
+            header["splits_float16_calls"] = recorded
+
+    header, binaries = unframe(blob)
+    return rewrite_header(frame(header, bytes(binaries) * 2), change)
+
+
+async def test_an_engine_takes_the_float16_answer_its_blob_records_not_its_entries_guess(rt, engine, good_blob):
+    """A blob records the writing engine's float16 answer: entries of both answers (a test
+    process's cache, once GPU-shaped kernels ran on the CPU) once made a warm worker guess
+    False, and build again what the blob held under True."""
+    own = json.loads(unframe(good_blob)[0])
+    assert own["splits_float16_calls"] is engine.info.splits_float16_calls
+    for recorded in (True, False):
+        opened = await rt.engine(engine.info.type, cache_blob=with_a_foreign_entry(good_blob, recorded))
+        assert opened.info.splits_float16_calls is recorded
+    # Nothing recorded and the entries disagree: the device's own answer (its probe), never a guess.
+    opened = await rt.engine(engine.info.type, cache_blob=with_a_foreign_entry(good_blob, None))
+    assert opened.info.splits_float16_calls is engine.info.splits_float16_calls
+
+
 async def test_an_engine_opened_with_a_blob_of_another_device_is_refused_before_it_opens(rt, good_blob):
     spoiled = rewrite_header(good_blob, lambda h: h["device"].update(driver="other"))
     opened = len(rt._actors.engines)
