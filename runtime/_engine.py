@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
@@ -316,12 +316,17 @@ class Engine:
                 self._transfer_stream = stream
         return self._transfer_stream
 
-    def primitive_cache_blob(self) -> bytes:
-        """Every cached implementation for this engine's device, as bytes: what
-        ``load_primitive_cache_blob`` needs, in a new process, to create them without compiling."""
-        cache = self._runtime.primitive_cache.cache
+    def primitive_cache_blob(self, primitives: Iterable[Primitive] | None = None) -> bytes:
+        """Every cached implementation for this engine's device, or only those ``primitives``
+        were made from, as bytes: what ``load_primitive_cache_blob`` needs, in a new process, to
+        create them without compiling. The whole cache of a long-lived process can be hundreds of
+        programs (a test process's took a minute to write); a graph's primitives are its own."""
+        if primitives is None:
+            candidates = self._runtime.primitive_cache.cache.values()
+        else:
+            candidates = list({p.cache_entry.key: p.cache_entry for p in primitives}.values())
         impls = [
-            impl for impl in cache.values()
+            impl for impl in candidates
             if impl.key.device == self._device_identity and _cache_blob.serializable(impl.key)
         ]
         # The engine's own float16 answer goes with the entries: a process that ran other

@@ -65,6 +65,12 @@ class Primitive:
         return self._expected
 
     @property
+    def cache_entry(self) -> PrimitiveImpl:
+        """The primitive cache's entry it was made from: key, kernel, binary (what a cache blob
+        stores)."""
+        return self._entry
+
+    @property
     def spec(self) -> KernelSpec:
         """The generated kernel: source, entry point, argument order, launch geometry."""
         return self.launch.spec

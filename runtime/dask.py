@@ -242,10 +242,13 @@ def worker_statistics(dask_worker=None) -> WorkerStatistics:
 
 def cache_blob(graphs: Mapping[str, Any], *, engine: str | None = None, policy: str = "fusion") -> bytes:
     """Compile ``graphs`` on ``engine`` (a spec; default the default engine) in a runtime of this
-    process and return the engine's primitive cache blob: what ``TriodnnPlugin`` ships to the
-    workers so that they compile nothing."""
+    process and return a primitive cache blob of their primitives: what ``TriodnnPlugin`` ships
+    to the workers so that they compile nothing. Only these graphs' programs go in, whatever
+    else this process compiled before."""
     with start_blocking() as portal:
         eng = portal.engine() if engine is None else portal.engine(*_split(engine))
+        primitives = []
         for value in graphs.values():
-            portal.run(_graph.compile_graph, _graph_from_json(_graph_json(value)), eng, policy=policy)
-        return eng.primitive_cache_blob()
+            runner = portal.run(_graph.compile_graph, _graph_from_json(_graph_json(value)), eng, policy=policy)
+            primitives += [p for compiled in runner.compiled_partitions for p in compiled.primitives]
+        return eng.primitive_cache_blob(primitives)

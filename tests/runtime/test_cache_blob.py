@@ -178,6 +178,18 @@ def test_engine_blob_in_a_new_process_compiles_nothing(tmp_path):
     assert opened.stdout.split() == ["0", "3", split, "0"]
 
 
+async def test_a_blob_of_chosen_primitives_holds_theirs_only(engine):
+    """``primitive_cache_blob(primitives)``: a graph's programs, not the whole process cache."""
+    first = await engine.create_primitive(EltwiseDesc("tanh", MemoryDesc((611,))))
+    second = await engine.create_primitive(EltwiseDesc("relu", MemoryDesc((612,))))
+    await engine.create_primitive(EltwiseDesc("sigmoid", MemoryDesc((613,))))
+    header = json.loads(unframe(engine.primitive_cache_blob([first, second, first]))[0])
+    dims = sorted(entry["key"]["desc"]["src"]["memory_desc"]["dims"][0] for entry in header["entries"])
+    assert dims == [611, 612]
+    whole = json.loads(unframe(engine.primitive_cache_blob())[0])
+    assert len(whole["entries"]) >= 3
+
+
 def with_a_foreign_entry(blob: bytes, recorded: bool | None) -> bytes:
     """``blob``'s entry twice, the copy under the other float16 answer's configuration (what a
     process that ran GPU-shaped kernels on a CPU device holds), and the writer's recorded answer

@@ -310,7 +310,8 @@ async def test_engine_calls_from_another_trio_run_are_refused_and_the_runtime_li
         "runtime.engine": (rt.engine,),
         "engine.stream": (engine.stream,),
         "engine.create_primitive": (engine.create_primitive, EltwiseDesc("tanh", MemoryDesc((8,)))),
-        "engine.load_primitive_cache_blob": (engine.load_primitive_cache_blob, engine.primitive_cache_blob()),
+        # One primitive's blob: the whole cache of a test process took a minute to write.
+        "engine.load_primitive_cache_blob": (engine.load_primitive_cache_blob, blob),
         "engine.create_primitive_from_cache_blob": (engine.create_primitive_from_cache_blob, blob),
     }
     threads = set(threading.enumerate())
