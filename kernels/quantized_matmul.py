@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .._values._quantized_matmul_desc import QuantizedMatmulDesc
-from . import _dtype_io, _post_ops, tolerance
+from . import _dtype_io, _post_ops, quantized_matmul_mma, tolerance
 from ._post_ops import aligned_strides
 from ._registry import register
 from ._spec import KernelConfig, KernelSpec, c_float, index_code, padded_global
@@ -110,7 +110,10 @@ def _wzp_table(desc: QuantizedMatmulDesc) -> tuple[str, str | None]:
     return "", (str(wzps[0]) if wzps and wzps[0] else None)
 
 
-def generate(desc: QuantizedMatmulDesc, config: KernelConfig) -> KernelSpec:
+def generate(desc: QuantizedMatmulDesc, config: KernelConfig, *, mma_tile: str | None = None) -> KernelSpec:
+    """The int8 kernel of ``desc`` on ``config``'s device: NVIDIA's tensor cores where
+    ``quantized_matmul_mma`` reads the layout and ``mma_tile`` names its tile (by itself only
+    once ``quantized_matmul_mma.CHOSEN``), else the CPU's blocks or the GPU's integer tiles."""
     desc.check_supported()
     lay = _layout(desc)
     tables, epilogue, call = _epilogue(desc, lay)
@@ -126,6 +129,9 @@ def generate(desc: QuantizedMatmulDesc, config: KernelConfig) -> KernelSpec:
             + tables + wtable + epilogue)
     args = ("src", "weights") + (("bias",) if desc.bias is not None else ()) + tuple(lay["po_strides"]) + ("dst",)
     zpa = f" - {desc.src_zp}" if desc.src_zp else ""
+    if quantized_matmul_mma.applies(desc, config) and (mma_tile is not None or quantized_matmul_mma.CHOSEN):
+        wzp = "WZPS[nn]" if wtable else wzp_const
+        return quantized_matmul_mma.generate(desc, config, head, params, call, args, lay, wzp, tile=mma_tile)
     if config.vector_width >= 16 and sa[-1] == 1 and sb[-2] == 1 and k >= 16:
         return _cpu_dot_generate(desc, lay, head, params, call, args, bool(wtable), wzp_const)
     if config.vector_width >= 16:
