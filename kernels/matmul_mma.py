@@ -32,6 +32,7 @@ from collections.abc import Callable
 import attrs
 
 from .._values._matmul_desc import MatmulDesc
+from .._values._memory_desc import MemoryDesc
 from . import _dtype_io, _post_ops
 from ._post_ops import aligned_strides, generate_scaled
 from ._spec import KernelConfig, KernelSpec
@@ -49,7 +50,8 @@ LOCAL_MEMORY = 48 * 1024 - 64
 @attrs.frozen
 class MmaTile:
     """``bm x bn`` dst per work-group, ``bk`` K per slab, ``wm x wn`` warps, ``stages`` slabs
-    in local memory (``cp.async`` keeps ``stages - 1`` in flight)."""
+    in local memory (``cp.async`` keeps ``stages - 1`` in flight), of ``elem_bytes``-byte
+    operands (2: bf16/f16, 1: int8). Local rows are padded by one 16-byte chunk."""
 
     bm: int
     bn: int
@@ -57,6 +59,17 @@ class MmaTile:
     wm: int
     wn: int
     stages: int = 2
+    elem_bytes: int = 2
+
+    @property
+    def chunk(self) -> int:
+        """Elements per 16-byte copy."""
+        return 16 // self.elem_bytes
+
+    @property
+    def k_step(self) -> int:
+        """K of one ``mma.sync`` (m16n8k16 for 16-bit operands, m16n8k32 for 8-bit)."""
+        return 32 // self.elem_bytes
 
     @property
     def warp_rows(self) -> int:
@@ -75,35 +88,37 @@ class MmaTile:
         return f"{self.bm}x{self.bn}x{self.bk}:w{self.wm}x{self.wn}:p{self.stages}"
 
     def a_stage(self) -> int:
-        return self.bm * (self.bk + _CHUNK)
+        """Elements of one src slab in local memory."""
+        return self.bm * (self.bk + self.chunk)
 
     def b_stage(self, k_major: bool) -> int:
-        return self.bk * (self.bn + _CHUNK) if k_major else self.bn * (self.bk + _CHUNK)
+        return self.bk * (self.bn + self.chunk) if k_major else self.bn * (self.bk + self.chunk)
 
     def local_bytes(self, k_major: bool = True) -> int:
-        return 2 * self.stages * (self.a_stage() + self.b_stage(k_major))
+        return self.elem_bytes * self.stages * (self.a_stage() + self.b_stage(k_major))
 
     def check(self) -> None:
-        ok = (self.warp_rows % 16 == 0 and self.warp_cols % 16 == 0 and self.bk % 16 == 0
+        ok = (self.warp_rows % 16 == 0 and self.warp_cols % 16 == 0 and self.bk % self.k_step == 0
               and self.bm % self.wm == 0 and self.bn % self.wn == 0 and self.stages >= 2
-              and (self.bm * self.bk // _CHUNK) % self.threads == 0
-              and (self.bn * self.bk // _CHUNK) % self.threads == 0
+              and (self.bm * self.bk // self.chunk) % self.threads == 0
+              and (self.bn * self.bk // self.chunk) % self.threads == 0
               and max(self.local_bytes(True), self.local_bytes(False)) <= LOCAL_MEMORY)
         if not ok:
-            raise ValueError(f"tensor-core tile {self.name} does not fit the kernel's layout")
+            kind = "int8 tensor-core tile" if self.elem_bytes == 1 else "tensor-core tile"
+            raise ValueError(f"{kind} {self.name} does not fit the kernel's layout")
 
 
-def _tile(name: str) -> MmaTile:
-    """``"128x128x32:w2x2:p2"`` -> MmaTile."""
+def parse_tile(name: str, elem_bytes: int = 2) -> MmaTile:
+    """``"128x128x32:w2x2:p2"`` -> MmaTile (checked)."""
     sizes, warps, stages = name.split(":")
     bm, bn, bk = map(int, sizes.split("x"))
     wm, wn = map(int, warps[1:].split("x"))
-    tile = MmaTile(bm, bn, bk, wm, wn, int(stages[1:]))
+    tile = MmaTile(bm, bn, bk, wm, wn, int(stages[1:]), elem_bytes)
     tile.check()
     return tile
 
 
-TILES: dict[str, MmaTile] = {name: _tile(name) for name in (
+TILES: dict[str, MmaTile] = {name: parse_tile(name) for name in (
     "128x128x32:w2x2:p2",
     "128x128x32:w2x4:p2",
     "128x256x16:w2x4:p2",
@@ -123,23 +138,28 @@ PREFERENCE: tuple[str, ...] = ("128x128x32:w2x4:p2", "64x128x32:w2x2:p2", "64x64
 MIN_GROUPS = 128
 
 
-def _chunk_aligned(strides: tuple[int, ...], dims: tuple[int, ...]) -> bool:
-    return all(s % _CHUNK == 0 for s, d in zip(strides, dims) if d > 1)
+def _chunk_aligned(strides: tuple[int, ...], dims: tuple[int, ...], chunk: int) -> bool:
+    return all(s % chunk == 0 for s, d in zip(strides, dims) if d > 1)
+
+
+def weights_layout(src: MemoryDesc, wei: MemoryDesc, chunk: int) -> bool | None:
+    """Whether the weights are K-major (N contiguous: True) or K-contiguous (False), where src
+    is K-contiguous and every copy of ``chunk`` elements (16 bytes) is aligned; None for a
+    layout the tensor-core kernels do not read."""
+    k, n = src.dims[-1], wei.dims[-1]
+    if k % chunk or src.strides[-1] != 1 or not _chunk_aligned(src.strides[:-1], src.dims[:-1], chunk):
+        return None
+    if wei.strides[-1] == 1 and n % chunk == 0 and _chunk_aligned(wei.strides[:-1], wei.dims[:-1], chunk):
+        return True
+    if wei.strides[-2] == 1 and _chunk_aligned(wei.strides[:-2] + wei.strides[-1:], wei.dims[:-2] + wei.dims[-1:],
+                                               chunk):
+        return False
+    return None
 
 
 def weights_k_major(desc: MatmulDesc) -> bool | None:
-    """Whether the weights are K-major (N contiguous: True) or K-contiguous (False), where every
-    16-byte chunk this kernel copies is aligned; None for a layout it does not read."""
-    src, wei = desc.src, desc.weights
-    k = src.dims[-1]
-    n = wei.dims[-1]
-    if k % _CHUNK or src.strides[-1] != 1 or not _chunk_aligned(src.strides[:-1], src.dims[:-1]):
-        return None
-    if wei.strides[-1] == 1 and n % _CHUNK == 0 and _chunk_aligned(wei.strides[:-1], wei.dims[:-1]):
-        return True
-    if wei.strides[-2] == 1 and _chunk_aligned(wei.strides[:-2] + wei.strides[-1:], wei.dims[:-2] + wei.dims[-1:]):
-        return False
-    return None
+    """``weights_layout`` of a bf16/f16 matmul (8-element chunks)."""
+    return weights_layout(desc.src, desc.weights, _CHUNK)
 
 
 def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
@@ -151,10 +171,15 @@ def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
 
 
 def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> MmaTile:
-    fitting = [TILES[name] for name in PREFERENCE
-               if TILES[name].threads <= config.local_size
-               and max(TILES[name].local_bytes(True), TILES[name].local_bytes(False)) <= config.local_memory]
-    return first_filling(fitting, m, n, nbatch, MIN_GROUPS)
+    return choose_from([TILES[name] for name in PREFERENCE], m, n, nbatch, config, MIN_GROUPS)
+
+
+def choose_from(tiles: list[MmaTile], m: int, n: int, nbatch: int, config: KernelConfig, min_groups: int) -> MmaTile:
+    """``first_filling`` of the ``tiles`` (in preference order) the device's work-group size and
+    local memory take, whichever weights layout."""
+    fitting = [t for t in tiles if t.threads <= config.local_size
+               and max(t.local_bytes(True), t.local_bytes(False)) <= config.local_memory]
+    return first_filling(fitting, m, n, nbatch, min_groups)
 
 
 def first_filling(fitting: list, m: int, n: int, nbatch: int, min_groups: int):
@@ -214,6 +239,125 @@ def gemm_operands(desc: MatmulDesc, kernel: str) -> GemmOperands:
                         aligned_strides(desc.weights.dims, desc.weights.strides, nd), MMA_TYPES[desc.src.dtype])
 
 
+def _bytes(tile: MmaTile, elements: str) -> str:
+    """C of a byte offset from ``elements`` (an element count in C)."""
+    return elements if tile.elem_bytes == 1 else f"({elements}) * {tile.elem_bytes}u"
+
+
+def slab_copies(tile: MmaTile, k_major: bool, m: int, n: int, k: int, sa: tuple, sb: tuple
+                ) -> tuple[list[str], Callable[[str, str], str]]:
+    """The statements placing each thread's 16-byte copies (chunk ``c = tid + i * threads`` of
+    a slab), and ``copy_slab(slab, stage)``: the ``cp.async`` of slab ``slab`` (K from ``slab *
+    bk``) into local stage ``stage``, zero-filled past K. Rows past M and columns past N are
+    clamped to the last chunk."""
+    bm, bn, bk, threads, chunk = tile.bm, tile.bn, tile.bk, tile.threads, tile.chunk
+    lda, ldb = bk + chunk, (bn + chunk) if k_major else (bk + chunk)
+    a_stage, b_stage = tile.a_stage() * tile.elem_bytes, tile.b_stage(k_major) * tile.elem_bytes
+    a_chunks = bm * bk // chunk // threads
+    b_chunks = bn * bk // chunk // threads
+    setup = []
+    for i in range(a_chunks):
+        setup.append(f"const uint a_row{i} = (tid + {i * threads}u) / {bk // chunk}u, "
+                     f"a_k{i} = ((tid + {i * threads}u) % {bk // chunk}u) * {chunk}u;")
+        setup.append(f"const ulong a_g{i} = off_a + min(m0 + a_row{i}, {m - 1}UL) * {sa[-2]}UL;")
+        setup.append(f"const uint a_s{i} = {_bytes(tile, f'a_row{i} * {lda}u + a_k{i}')};")
+    for i in range(b_chunks):
+        if k_major:  # slab rows are k, chunks run along N
+            setup.append(f"const uint b_k{i} = (tid + {i * threads}u) / {bn // chunk}u, "
+                         f"b_n{i} = ((tid + {i * threads}u) % {bn // chunk}u) * {chunk}u;")
+            setup.append(f"const ulong b_g{i} = off_b + min(n0 + b_n{i}, {n - chunk}UL);")
+            setup.append(f"const uint b_s{i} = {_bytes(tile, f'b_k{i} * {ldb}u + b_n{i}')};")
+        else:  # slab rows are n, chunks run along K
+            setup.append(f"const uint b_n{i} = (tid + {i * threads}u) / {bk // chunk}u, "
+                         f"b_k{i} = ((tid + {i * threads}u) % {bk // chunk}u) * {chunk}u;")
+            setup.append(f"const ulong b_g{i} = off_b + min(n0 + b_n{i}, {n - 1}UL) * {sb[-1]}UL;")
+            setup.append(f"const uint b_s{i} = {_bytes(tile, f'b_n{i} * {ldb}u + b_k{i}')};")
+    tail = k % bk != 0
+
+    def copy_slab(slab: str, stage: str) -> str:
+        out = [f"{{ const uint k0 = ({slab}) * {bk}u;"]
+        for i in range(a_chunks):
+            kk = f"k0 + a_k{i}"
+            size = f"(({kk}) < {k}u ? 16u : 0u)" if tail else "16u"
+            src = f"a_g{i} + (ulong)min({kk}, {k - chunk}u)" if tail else f"a_g{i} + {kk}"
+            out.append(f"cp_async16(as_base + ({stage}) * {a_stage}u + a_s{i}, (ulong)(src + {src}), {size});")
+        for i in range(b_chunks):
+            kk = f"k0 + b_k{i}"
+            size = f"(({kk}) < {k}u ? 16u : 0u)" if tail else "16u"
+            if k_major:
+                row = f"(ulong)min({kk}, {k - 1}u)" if tail else f"(ulong)({kk})"
+                src = f"b_g{i} + {row} * {sb[-2]}UL"
+            else:
+                src = f"b_g{i} + (ulong)min({kk}, {k - chunk}u)" if tail else f"b_g{i} + {kk}"
+            out.append(f"cp_async16(bs_base + ({stage}) * {b_stage}u + b_s{i}, (ulong)(wei + {src}), {size});")
+        out.append("}")
+        return " ".join(out)
+
+    return setup, copy_slab
+
+
+def operand_loads(tile: MmaTile, k_major: bool) -> tuple[str, str | None, list[str], list[str]]:
+    """The lane's ``ldmatrix`` bases (``a_frag``; ``b_frag``, None for K-major weights, whose
+    fragments each kernel loads its own way) and, for one k step ``kk`` of stage ``cur``, the
+    loads of the src fragments ``a<mi>_0..3`` and of K-contiguous weights' ``b<ni>_0..1``
+    (16 rows of K-contiguous bytes each: the same bytes per register for 16- and 8-bit types)."""
+    chunk, lda, ldb = tile.chunk, tile.bk + tile.chunk, tile.bk + tile.chunk
+    a_stage, b_stage = tile.a_stage() * tile.elem_bytes, tile.b_stage(k_major) * tile.elem_bytes
+    a_frag = _bytes(tile, f"(wr + lane % 16u) * {lda}u + (lane / 16u) * {chunk}u")
+    loads_a = [f"ldsm_x4(as_base + cur * {a_stage}u + a_frag + {_bytes(tile, f'{mi * 16 * lda}u + kk * {tile.k_step}u')}, "
+               f"&a{mi}_0, &a{mi}_1, &a{mi}_2, &a{mi}_3);" for mi in range(tile.warp_rows // 16)]
+    if k_major:
+        return a_frag, None, loads_a, []
+    # rows n = lane % 8 + (lane / 16) * 8, columns k from ((lane / 8) % 2) * chunk
+    b_frag = _bytes(tile, f"(wc + lane % 8u + (lane / 16u) * 8u) * {ldb}u + ((lane / 8u) % 2u) * {chunk}u")
+    loads_b = []
+    for nj in range(tile.warp_cols // 16):
+        address = f"bs_base + cur * {b_stage}u + b_frag + {_bytes(tile, f'{nj * 16 * ldb}u + kk * {tile.k_step}u')}"
+        loads_b.append(f"ldsm_x4({address}, &b{2 * nj}_0, &b{2 * nj}_1, &b{2 * nj + 1}_0, &b{2 * nj + 1}_1);")
+    return a_frag, b_frag, loads_a, loads_b
+
+
+def kernel_text(tile: MmaTile, k_major: bool, *, preamble: str, name: str, params: str, offsets: str, setup: list[str],
+                copy_slab: Callable[[str, str], str], slabs: int, frags: str, accs: str, step: list[str],
+                col0: str, stores: str) -> str:
+    """A tensor-core kernel's source around its parts: local stages, the ``cp.async`` pipeline
+    (``stages - 1`` slabs in flight), ``step`` once per k step of each slab, then ``stores``
+    from ``row0`` (the lane's first row) and ``col0``."""
+    return preamble + f"""__kernel __attribute__((reqd_work_group_size({tile.threads}, 1, 1)))
+void {name}({params}) {{
+    __local uint4 As[{tile.stages * tile.a_stage() * tile.elem_bytes // 16}];
+    __local uint4 Bs[{tile.stages * tile.b_stage(k_major) * tile.elem_bytes // 16}];
+    const uint as_base = (uint)(size_t)As, bs_base = (uint)(size_t)Bs;
+    const uint tid = get_local_id(0), lane = tid % 32u, warp = tid / 32u;
+    const uint wr = (warp / {tile.wn}u) * {tile.warp_rows}u, wc = (warp % {tile.wn}u) * {tile.warp_cols}u;
+    const ulong m0 = get_group_id(1) * {tile.bm}UL, n0 = get_group_id(0) * {tile.bn}UL;
+    {offsets}
+    {(chr(10) + "    ").join(setup)}
+    {frags}
+    {accs}
+    #pragma unroll
+    for (uint s = 0; s < {tile.stages - 1}u; ++s) {{
+        if (s < {slabs}u) {copy_slab("s", "s")}
+        cp_async_commit();
+    }}
+    for (uint t = 0; t < {slabs}u; ++t) {{
+        cp_async_wait_{tile.stages - 2}();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {{ const uint nt = t + {tile.stages - 1}u;
+        if (nt < {slabs}u) {copy_slab("nt", f"nt % {tile.stages}u")}
+        cp_async_commit(); }}
+        const uint cur = t % {tile.stages}u;
+        #pragma unroll
+        for (uint kk = 0; kk < {tile.bk // tile.k_step}u; ++kk) {{
+            {(chr(10) + "            ").join(step)}
+        }}
+    }}
+    const ulong row0 = m0 + wr + lane / 4u, col0 = {col0};
+    {stores}
+}}
+"""
+
+
 def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
     """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
     ops = gemm_operands(desc, "tensor-core matmul")
@@ -221,83 +365,27 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     if tile is None:
         tile = choose_tile(m, n, nbatch, config)
     elif isinstance(tile, str):
-        tile = TILES[tile] if tile in TILES else _tile(tile)
+        tile = TILES[tile] if tile in TILES else parse_tile(tile)
     tile.check()
 
-    mma_type = ops.mma_type
     bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
-    lda, ldb = bk + _CHUNK, (bn + _CHUNK) if k_major else (bk + _CHUNK)
-    a_stage, b_stage = tile.a_stage(), tile.b_stage(k_major)
+    ldb = (bn + _CHUNK) if k_major else (bk + _CHUNK)
+    b_stage = tile.b_stage(k_major)
     mi_n, ni_n = tile.warp_rows // 16, tile.warp_cols // 8
-    slabs = math.ceil(k / bk)
-    a_chunks = bm * bk // _CHUNK // threads
-    b_chunks = bn * bk // _CHUNK // threads
-
-    # Per-thread copy positions: chunk c = tid + i * threads of the slab.
-    setup = []
-    for i in range(a_chunks):
-        setup.append(f"const uint a_row{i} = (tid + {i * threads}u) / {bk // _CHUNK}u, "
-                     f"a_k{i} = ((tid + {i * threads}u) % {bk // _CHUNK}u) * {_CHUNK}u;")
-        setup.append(f"const ulong a_g{i} = off_a + min(m0 + a_row{i}, {m - 1}UL) * {sa[-2]}UL;")
-        setup.append(f"const uint a_s{i} = (a_row{i} * {lda}u + a_k{i}) * 2u;")
-    for i in range(b_chunks):
-        if k_major:  # slab rows are k, chunks run along N
-            setup.append(f"const uint b_k{i} = (tid + {i * threads}u) / {bn // _CHUNK}u, "
-                         f"b_n{i} = ((tid + {i * threads}u) % {bn // _CHUNK}u) * {_CHUNK}u;")
-            setup.append(f"const ulong b_g{i} = off_b + min(n0 + b_n{i}, {n - _CHUNK}UL);")
-            setup.append(f"const uint b_s{i} = (b_k{i} * {ldb}u + b_n{i}) * 2u;")
-        else:  # slab rows are n, chunks run along K
-            setup.append(f"const uint b_n{i} = (tid + {i * threads}u) / {bk // _CHUNK}u, "
-                         f"b_k{i} = ((tid + {i * threads}u) % {bk // _CHUNK}u) * {_CHUNK}u;")
-            setup.append(f"const ulong b_g{i} = off_b + min(n0 + b_n{i}, {n - 1}UL) * {sb[-1]}UL;")
-            setup.append(f"const uint b_s{i} = (b_n{i} * {ldb}u + b_k{i}) * 2u;")
-
-    def copy_slab(slab: str, stage: str) -> str:
-        """cp.async of slab ``slab`` (K from slab * bk) into stage ``stage``; zero past K."""
-        out = [f"{{ const uint k0 = ({slab}) * {bk}u;"]
-        for i in range(a_chunks):
-            kk = f"k0 + a_k{i}"
-            tail = k % bk != 0
-            size = f"(({kk}) < {k}u ? 16u : 0u)" if tail else "16u"
-            src = f"a_g{i} + (ulong)min({kk}, {k - _CHUNK}u)" if tail else f"a_g{i} + {kk}"
-            out.append(f"cp_async16(as_base + ({stage}) * {a_stage * 2}u + a_s{i}, (ulong)(src + {src}), {size});")
-        for i in range(b_chunks):
-            tail = k % bk != 0
-            if k_major:
-                kk = f"k0 + b_k{i}"
-                size = f"(({kk}) < {k}u ? 16u : 0u)" if tail else "16u"
-                row = f"(ulong)min({kk}, {k - 1}u)" if tail else f"(ulong)({kk})"
-                src = f"b_g{i} + {row} * {sb[-2]}UL"
-            else:
-                kk = f"k0 + b_k{i}"
-                size = f"(({kk}) < {k}u ? 16u : 0u)" if tail else "16u"
-                src = f"b_g{i} + (ulong)min({kk}, {k - _CHUNK}u)" if tail else f"b_g{i} + {kk}"
-            out.append(f"cp_async16(bs_base + ({stage}) * {b_stage * 2}u + b_s{i}, (ulong)(wei + {src}), {size});")
-        out.append("}")
-        return " ".join(out)
+    setup, copy_slab = slab_copies(tile, k_major, m, n, k, sa, sb)
 
     # One 16-deep k step on stage ``cur``: fragments by ldmatrix, then mi_n x ni_n mma.
-    step = []
-    for mi in range(mi_n):
-        step.append(f"ldsm_x4(as_base + cur * {a_stage * 2}u + a_frag + ({mi * 16 * lda}u + kk * 16u) * 2u, "
-                    f"&a{mi}_0, &a{mi}_1, &a{mi}_2, &a{mi}_3);")
-    for nj in range(ni_n // 2):
-        if k_major:
+    a_frag, b_frag, step, loads_b = operand_loads(tile, k_major)
+    if k_major:  # rows k = lane % 16, columns n from (lane / 16) * 8, transposed by ldmatrix
+        b_frag = f"((lane % 16u) * {ldb}u + wc + (lane / 16u) * 8u) * 2u"
+        for nj in range(ni_n // 2):
             address = f"bs_base + cur * {b_stage * 2}u + b_frag + (kk * {16 * ldb}u + {nj * 16}u) * 2u"
             step.append(f"ldsm_x4_trans({address}, &b{2 * nj}_0, &b{2 * nj}_1, &b{2 * nj + 1}_0, &b{2 * nj + 1}_1);")
-        else:
-            address = f"bs_base + cur * {b_stage * 2}u + b_frag + ({nj * 16 * ldb}u + kk * 16u) * 2u"
-            step.append(f"ldsm_x4({address}, &b{2 * nj}_0, &b{2 * nj}_1, &b{2 * nj + 1}_0, &b{2 * nj + 1}_1);")
+    step += loads_b
     for mi in range(mi_n):
         for ni in range(ni_n):
             c = [f"c{mi}_{ni}_{r}" for r in range(4)]
             step.append(f"MMA({', '.join(c)}, a{mi}_0, a{mi}_1, a{mi}_2, a{mi}_3, b{ni}_0, b{ni}_1);")
-    # ldmatrix addresses of this lane (bytes from a stage's start, before the k step).
-    a_frag = f"((wr + lane % 16u) * {lda}u + (lane / 16u) * 8u) * 2u"
-    if k_major:  # rows k = lane % 16, columns n from (lane / 16) * 8
-        b_frag = f"((lane % 16u) * {ldb}u + wc + (lane / 16u) * 8u) * 2u"
-    else:  # rows n = lane % 8 + (lane / 16) * 8, columns k from ((lane / 8) % 2) * 8
-        b_frag = f"((wc + lane % 8u + (lane / 16u) * 8u) * {ldb}u + ((lane / 8u) % 2u) * 8u) * 2u"
 
     # Accumulator (mi, ni, r) is row wr + mi*16 + lane/4 + (r/2)*8, column wc + ni*8 + (lane%4)*2
     # + r%2 of the work-group's tile.
@@ -305,44 +393,12 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
                       + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)])
     accs = ", ".join(f"c{mi}_{ni}_{r} = 0.0f" for mi in range(mi_n) for ni in range(ni_n) for r in range(4))
-    helpers = ep.helpers + _ptx_helpers(mma_type)
-    wait = tile.stages - 2
-    source = helpers + f"""#define M {m}UL
-#define N {n}UL
-__kernel __attribute__((reqd_work_group_size({threads}, 1, 1)))
-void matmul_fwd({ep.params}) {{
-    __local uint4 As[{tile.stages * a_stage // 8}];
-    __local uint4 Bs[{tile.stages * b_stage // 8}];
-    const uint as_base = (uint)(size_t)As, bs_base = (uint)(size_t)Bs;
-    const uint tid = get_local_id(0), lane = tid % 32u, warp = tid / 32u;
-    const uint wr = (warp / {tile.wn}u) * {tile.warp_rows}u, wc = (warp % {tile.wn}u) * {tile.warp_cols}u;
-    const ulong m0 = get_group_id(1) * {bm}UL, n0 = get_group_id(0) * {bn}UL;
-    {ep.offsets}
-    {(chr(10) + "    ").join(setup)}
-    const uint a_frag = {a_frag}, b_frag = {b_frag};
-    uint {frags};
-    float {accs};
-    #pragma unroll
-    for (uint s = 0; s < {tile.stages - 1}u; ++s) {{
-        if (s < {slabs}u) {copy_slab("s", "s")}
-        cp_async_commit();
-    }}
-    for (uint t = 0; t < {slabs}u; ++t) {{
-        cp_async_wait_{wait}();
-        barrier(CLK_LOCAL_MEM_FENCE);
-        {{ const uint nt = t + {tile.stages - 1}u;
-        if (nt < {slabs}u) {copy_slab("nt", f"nt % {tile.stages}u")}
-        cp_async_commit(); }}
-        const uint cur = t % {tile.stages}u;
-        #pragma unroll
-        for (uint kk = 0; kk < {bk // 16}u; ++kk) {{
-            {(chr(10) + "            ").join(step)}
-        }}
-    }}
-    const ulong row0 = m0 + wr + lane / 4u, col0 = n0 + wc + (lane % 4u) * 2u;
-    {ep.stores}
-}}
-"""
+    source = kernel_text(
+        tile, k_major, preamble=ep.helpers + _ptx_helpers(ops.mma_type) + f"#define M {m}UL\n#define N {n}UL\n",
+        name="matmul_fwd", params=ep.params, offsets=ep.offsets, setup=setup, copy_slab=copy_slab,
+        slabs=math.ceil(k / bk), frags=f"const uint a_frag = {a_frag}, b_frag = {b_frag};\n    uint {frags};",
+        accs=f"float {accs};", step=step, col0="n0 + wc + (lane % 4u) * 2u", stores=ep.stores,
+    )
     return KernelSpec(
         source=source, name="matmul_fwd", arg_names=ep.args,
         global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
@@ -437,17 +493,23 @@ static inline void cp_async_commit(void) {{ asm volatile("cp.async.commit_group;
 """
 
 
+def ldmatrix_helpers() -> str:
+    """``ldsm_x4`` and ``ldsm_x4_trans``: four 8 x 8 matrices of 16-bit elements from local
+    memory into a warp's registers, as inline PTX (sm_75+)."""
+    return """static inline void ldsm_x4(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+}
+static inline void ldsm_x4_trans(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+}
+"""
+
+
 def _ptx_helpers(mma_type: str) -> str:
     """The inline-PTX wrappers the kernel calls."""
-    return cp_async_helpers() + f"""static inline void ldsm_x4(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0,%1,%2,%3}}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}}
-static inline void ldsm_x4_trans(uint addr, uint* r0, uint* r1, uint* r2, uint* r3) {{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0,%1,%2,%3}}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}}
-#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) \\
+    return cp_async_helpers() + ldmatrix_helpers() + f"""#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) \\
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32" \\
                  " {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};" \\
                  : "=f"(c0), "=f"(c1), "=f"(c2), "=f"(c3) \\

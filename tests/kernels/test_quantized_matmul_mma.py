@@ -70,7 +70,7 @@ def test_tiles_and_the_sums_only_zero_points_need():
         tile.check()
         assert max(tile.local_bytes(True), tile.local_bytes(False)) <= 48 * 1024 - 64
     with pytest.raises(ValueError, match="int8 tensor-core tile 256x256x64:w2x2:p2 does not fit"):
-        quantized_matmul_mma.Int8Tile(256, 256, 64, 2, 2).check()
+        quantized_matmul_mma.MmaTile(256, 256, 64, 2, 2, elem_bytes=1).check()
     tile = "64x64x64:w2x2:p2"
     plain = quantized_matmul.generate(QuantizedMatmulDesc(md(64, 64), md(64, 64, dtype="s8")), SM90,
                                       mma_tile=tile).source
