@@ -541,7 +541,7 @@ async def compile_partition(partition: Partition, engine: Engine, inputs: list[L
     # Weights decompression: DynamicDequantize(weights) -> MatMul (+ chain) as one primitive.
     decompressed = find_dequantizing_matmuls(rest, output_ids, engine.kernel_config) if fuse else {}
     absorbed |= {op_id for match in decompressed.values() for op_id in match.absorbed}
-    builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs)
+    builder = Builder([*inputs, *(lt for lt, _ in constants)], outputs, fpmath_mode=partition.fpmath_mode)
     for op in shaped_ops:
         if op.id in backward:
             lower_sdpa_backward(builder, op, backward[op.id])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import attrs
 
 from .._values._errors import InvalidGraphError
+from .._values._fpmath import FPMATH_MODES
 from ._logical_tensor import LogicalTensor
 from ._op import Op
 from ._op_schema import check_op
 from ._partitioner import partition_graph
 
 ENGINE_KINDS = ("cpu", "gpu", "any")
-FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 POLICIES = ("fusion", "debug")
 
 

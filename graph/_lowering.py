@@ -67,8 +67,10 @@ def dims_of(shape: tuple[int, ...]) -> tuple[int, ...]:
 class Builder:
     """Turns ops (shapes already inferred) into a Plan."""
 
-    def __init__(self, inputs: list[LogicalTensor], outputs: list[LogicalTensor]):
+    def __init__(self, inputs: list[LogicalTensor], outputs: list[LogicalTensor], *, fpmath_mode: str = "strict"):
         self.plan = Plan()
+        # The partition's fpmath mode, which the primitives that honour one take (MatmulDesc).
+        self.fpmath_mode = fpmath_mode
         self.views: dict[int, View] = {}
         self.tensors: dict[int, LogicalTensor] = {}
         self.output_slots: dict[int, View] = {}

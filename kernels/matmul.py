@@ -557,5 +557,6 @@ register(
     MatmulDesc, generate=generate, reference=desc_reference,
     # Plus one ulp of dst's type: an f32 sum next to a rounding tie of a bf16 or f16 dst lands on
     # either neighbour, whatever order the sum took.
-    tolerance=lambda desc: tolerance.matmul(desc.src.dims[-1]) + _dtype_io.EPSILON[desc.dst.dtype],
+    tolerance=lambda desc: (tolerance.matmul(desc.src.dims[-1], tf32=matmul_mma.tf32_operands(desc))
+                            + _dtype_io.EPSILON[desc.dst.dtype]),
 )

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .._values import _fpmath as fpmath
 from .._values._matmul_desc import MatmulDesc
 from .._values._memory_desc import MemoryDesc
 from . import _dtype_io, _post_ops
@@ -136,6 +137,20 @@ TILES: dict[str, MmaTile] = {name: parse_tile(name) for name in (
 # where the large give few work-groups (64x1024x1024: 32x64x32 12.0 us, torch 20.4).
 PREFERENCE: tuple[str, ...] = ("128x128x32:w2x4:p2", "64x128x32:w2x2:p2", "64x64x32:w2x2:p2", "32x64x32:w1x2:p3")
 MIN_GROUPS = 128
+# f32 operands as TF32 (mma.sync m16n8k8, each operand rounded by cvt.rna.tf32.f32): the bf16
+# tiles' bytes per slab, so half their K, in preference order.
+TF32_TILES: dict[str, MmaTile] = {name: parse_tile(name, elem_bytes=4) for name in (
+    "128x128x16:w2x4:p2",
+    "64x128x16:w2x2:p2",
+    "64x64x16:w2x2:p2",
+    "32x64x16:w1x2:p3",
+)}
+# Whether ``applies`` hands TF32-permitted f32 matmuls to the tensor cores. Off until
+# test_matmul_mma.py's TF32 cases and tune_mma_tiles.py have run on an NVIDIA GPU: written in a
+# session whose device time was spent, its results are checked only with its PTX emulated under
+# Oclgrind (tests/kernels/test_tensor_core_emulation.py). Until then ``generate(..., tile=)``
+# builds it, and f32 stays on the CUDA cores under every fpmath mode.
+TF32_CHOSEN = False
 
 
 def _chunk_aligned(strides: tuple[int, ...], dims: tuple[int, ...], chunk: int) -> bool:
@@ -162,15 +177,26 @@ def weights_k_major(desc: MatmulDesc) -> bool | None:
     return weights_layout(desc.src, desc.weights, _CHUNK)
 
 
+def tf32_operands(desc: MatmulDesc) -> bool:
+    """Whether ``desc`` multiplies f32 by f32 under an fpmath mode that allows TF32."""
+    return desc.src.dtype == desc.weights.dtype == "f32" and fpmath.allows(desc.fpmath, "tf32")
+
+
 def applies(desc: MatmulDesc, config: KernelConfig) -> bool:
     """Whether this kernel takes ``desc`` on ``config``'s device: NVIDIA sm_80+, src and weights
-    both bf16 or both f16, the layouts above, and dst at least 16 x 16."""
+    both bf16 or both f16 (or f32 where ``desc.fpmath`` allows TF32, once ``TF32_CHOSEN``), the
+    layouts above, and dst at least 16 x 16."""
     m, n = desc.dst.dims[-2:]
-    return (config.nvidia_sm >= MIN_SM and desc.src.dtype in MMA_TYPES and desc.weights.dtype == desc.src.dtype
-            and m >= 16 and n >= 16 and weights_k_major(desc) is not None)
+    if config.nvidia_sm < MIN_SM or m < 16 or n < 16:
+        return False
+    if desc.src.dtype in MMA_TYPES and desc.weights.dtype == desc.src.dtype:
+        return weights_k_major(desc) is not None
+    return TF32_CHOSEN and tf32_operands(desc) and weights_layout(desc.src, desc.weights, 4) is not None
 
 
-def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> MmaTile:
+def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig, elem_bytes: int = 2) -> MmaTile:
+    if elem_bytes == 4:
+        return choose_from(list(TF32_TILES.values()), m, n, nbatch, config, MIN_GROUPS)
     return choose_from([TILES[name] for name in PREFERENCE], m, n, nbatch, config, MIN_GROUPS)
 
 
@@ -226,17 +252,24 @@ class GemmOperands:
     mma_type: str
 
 
-def gemm_operands(desc: MatmulDesc, kernel: str) -> GemmOperands:
+def gemm_operands(desc: MatmulDesc, kernel: str, *, tf32: bool = False) -> GemmOperands:
     """``desc``'s operands for a tensor-core kernel (``kernel`` names it in the error when
-    ``desc`` is not bf16/f16 in a layout it reads)."""
-    k_major = weights_k_major(desc)
-    if k_major is None or desc.src.dtype not in MMA_TYPES or desc.weights.dtype != desc.src.dtype:
-        raise ValueError(f"the {kernel} needs bf16 or f16 src and weights in an aligned layout")
+    ``desc`` is not bf16/f16, or with ``tf32`` f32 under a mode allowing TF32, in a layout it
+    reads)."""
+    if tf32 and tf32_operands(desc):
+        k_major, mma_type = weights_layout(desc.src, desc.weights, 4), "tf32"
+    else:
+        k_major, mma_type = weights_k_major(desc), MMA_TYPES.get(desc.src.dtype, "")
+        if desc.weights.dtype != desc.src.dtype:
+            mma_type = ""
+    if k_major is None or not mma_type:
+        raise ValueError(f"the {kernel} needs bf16 or f16 src and weights"
+                         f"{' (or f32 under fpmath tf32 or any)' if tf32 else ''} in an aligned layout")
     nd = len(desc.dst.dims)
     m, k = desc.src.dims[-2:]
     return GemmOperands(k_major, m, k, desc.weights.dims[-1], math.prod(desc.dst.dims[:-2]),
                         aligned_strides(desc.src.dims, desc.src.strides, nd),
-                        aligned_strides(desc.weights.dims, desc.weights.strides, nd), MMA_TYPES[desc.src.dtype])
+                        aligned_strides(desc.weights.dims, desc.weights.strides, nd), mma_type)
 
 
 def _bytes(tile: MmaTile, elements: str) -> str:
@@ -360,28 +393,41 @@ void {name}({params}) {{
 
 def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
     """The kernel of ``desc`` with the chain ``post_ops`` (the output scale leading)."""
-    ops = gemm_operands(desc, "tensor-core matmul")
+    ops = gemm_operands(desc, "tensor-core matmul", tf32=True)
     k_major, m, k, n, nbatch, sa, sb = ops.k_major, ops.m, ops.k, ops.n, ops.nbatch, ops.sa, ops.sb
+    eb = 4 if ops.mma_type == "tf32" else 2
+    tiles = TF32_TILES if eb == 4 else TILES
     if tile is None:
-        tile = choose_tile(m, n, nbatch, config)
+        tile = choose_tile(m, n, nbatch, config, eb)
     elif isinstance(tile, str):
-        tile = TILES[tile] if tile in TILES else parse_tile(tile)
+        tile = tiles[tile] if tile in tiles else parse_tile(tile, eb)
+    if tile.elem_bytes != eb:
+        raise ValueError(f"tile {tile.name} is for {tile.elem_bytes}-byte operands; {ops.mma_type} takes {eb}")
     tile.check()
 
     bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
-    ldb = (bn + _CHUNK) if k_major else (bk + _CHUNK)
+    ldb = (bn + tile.chunk) if k_major else (bk + tile.chunk)
     b_stage = tile.b_stage(k_major)
     mi_n, ni_n = tile.warp_rows // 16, tile.warp_cols // 8
     setup, copy_slab = slab_copies(tile, k_major, m, n, k, sa, sb)
 
-    # One 16-deep k step on stage ``cur``: fragments by ldmatrix, then mi_n x ni_n mma.
+    # One k step on stage ``cur``: fragments by ldmatrix, then mi_n x ni_n mma.
     a_frag, b_frag, step, loads_b = operand_loads(tile, k_major)
-    if k_major:  # rows k = lane % 16, columns n from (lane / 16) * 8, transposed by ldmatrix
+    if k_major and eb == 2:  # rows k = lane % 16, columns n from (lane / 16) * 8, transposed by ldmatrix
         b_frag = f"((lane % 16u) * {ldb}u + wc + (lane / 16u) * 8u) * 2u"
         for nj in range(ni_n // 2):
             address = f"bs_base + cur * {b_stage * 2}u + b_frag + (kk * {16 * ldb}u + {nj * 16}u) * 2u"
             step.append(f"ldsm_x4_trans({address}, &b{2 * nj}_0, &b{2 * nj}_1, &b{2 * nj + 1}_0, &b{2 * nj + 1}_1);")
+    elif k_major:  # TF32: b0 is (k = lane % 4, n = lane / 4), b1 four k on; ldmatrix.trans moves 16-bit halves
+        b_frag = f"((lane % 4u) * {ldb}u + wc + lane / 4u) * 4u"
+        for ni in range(ni_n):
+            for j in range(2):
+                address = f"bs_base + cur * {b_stage * 4}u + b_frag + (kk * {8 * ldb}u + {j * 4 * ldb + ni * 8}u) * 4u"
+                step.append(f"b{ni}_{j} = lds32({address});")
     step += loads_b
+    if eb == 4:  # round each operand to TF32 (the tensor cores would drop its low 13 bits)
+        step += [f"a{mi}_{j} = to_tf32(a{mi}_{j});" for mi in range(mi_n) for j in range(4)]
+        step += [f"b{ni}_{j} = to_tf32(b{ni}_{j});" for ni in range(ni_n) for j in range(2)]
     for mi in range(mi_n):
         for ni in range(ni_n):
             c = [f"c{mi}_{ni}_{r}" for r in range(4)]
@@ -402,7 +448,7 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     return KernelSpec(
         source=source, name="matmul_fwd", arg_names=ep.args,
         global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
-        local_size=(threads, 1, 1), impl=f"ocl:gemm_mma:{tile.name}",
+        local_size=(threads, 1, 1), impl=f"ocl:gemm_mma:{tile.name}{':tf32' if eb == 4 else ''}",
     )
 
 
@@ -509,6 +555,23 @@ static inline void ldsm_x4_trans(uint addr, uint* r0, uint* r1, uint* r2, uint* 
 
 def _ptx_helpers(mma_type: str) -> str:
     """The inline-PTX wrappers the kernel calls."""
+    if mma_type == "tf32":
+        return cp_async_helpers() + ldmatrix_helpers() + """static inline uint lds32(uint addr) {
+    uint v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+static inline uint to_tf32(uint bits) {
+    uint v;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(v) : "f"(as_float(bits)));
+    return v;
+}
+#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) \\
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" \\
+                 " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};" \\
+                 : "=f"(c0), "=f"(c1), "=f"(c2), "=f"(c3) \\
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
+"""
     return cp_async_helpers() + ldmatrix_helpers() + f"""#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) \\
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32" \\
                  " {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};" \\

@@ -124,9 +124,15 @@ def sum_(n_inputs: int) -> float:
 ACCUMULATION = 1e-6
 
 
-def matmul(k: int) -> float:
-    """Threshold of a matmul over ``k`` products per element."""
-    return ACCUMULATION * k
+# A product of two operands rounded to TF32 (10 explicit mantissa bits, each off by up to 2^-11
+# of itself): about 2^-10 of the product, per product summed.
+TF32_PRODUCT = 2.0 ** -10
+
+
+def matmul(k: int, *, tf32: bool = False) -> float:
+    """Threshold of a matmul over ``k`` products per element (``tf32``: operands that may be
+    rounded to TF32, as fpmath "tf32" and "any" allow)."""
+    return (TF32_PRODUCT if tf32 else ACCUMULATION) * k
 
 
 def convolution(taps: int) -> float:

@@ -8,6 +8,7 @@ import numpy as np
 from . import _post_ops
 from ._algorithms import broadcast_dims
 from ._errors import ArgumentMismatchError, InvalidArgumentError
+from ._fpmath import check_fpmath
 from ._memory_desc import MemoryDesc
 from ._op_desc import Arg, OpDesc, check_memory_desc, op_kind
 
@@ -27,7 +28,9 @@ class MatmulDesc(OpDesc):
     of ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` and ``("binary", alg, src1)`` applied
     to the result before the store (the forms docs/primitives.md lists under "Post-op chains"). ``output_scale``
     (keyword, finite, default 1): oneDNN v2's output scale, ``(src @ weights + bias) *
-    output_scale``, applied before the post-op chain.
+    output_scale``, applied before the post-op chain. ``fpmath`` (keyword, oneDNN's fpmath mode,
+    default "strict"): the down-conversions f32 math may make; "tf32" or "any" lets f32 src and
+    weights multiply as TF32 on NVIDIA tensor cores where a kernel does that.
     """
 
     src: MemoryDesc
@@ -36,6 +39,7 @@ class MatmulDesc(OpDesc):
     bias: MemoryDesc | None = None
     post_ops: tuple = attrs.field(default=(), kw_only=True, eq=_post_ops.eq_key)
     output_scale: float = _post_ops.output_scale_field()
+    fpmath: str = attrs.field(default="strict", kw_only=True)
 
     kind = "matmul"
     ARGS = (Arg("src"), Arg("weights"), Arg("bias", optional=True), Arg("dst", output=True))
@@ -72,3 +76,4 @@ class MatmulDesc(OpDesc):
             if not fits:
                 raise ArgumentMismatchError(f"bias dims {self.bias.dims} do not broadcast to dst dims {dims}")
         self._set("post_ops", _post_ops.check(self.post_ops, dims))
+        check_fpmath("fpmath", self.fpmath)

@@ -92,7 +92,8 @@ def lower_matmul(b: Builder, op: Op, make: Callable[..., OpDesc] | None = None) 
     inputs = {"src": a, "weights": w}
     if len(op.inputs) > 2:
         inputs["bias"] = b.view(op.inputs[2])
-    b.run(op, make or (lambda src, weights, dst, bias=None: MatmulDesc(src, weights, dst, bias)), inputs, {"dst": dst})
+    b.run(op, make or (lambda src, weights, dst, bias=None: MatmulDesc(src, weights, dst, bias, fpmath=b.fpmath_mode)),
+          inputs, {"dst": dst})
 
 
 def _batch(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import attrs
 
 from .._values._errors import InvalidArgumentError
+from .._values._fpmath import FPMATH_MODES
 
 # Options a --reset puts back, with benchdnn's defaults. --mode is a benchdnn-wide knob that
 # --reset leaves alone, as benchdnn does.
@@ -41,7 +42,6 @@ DEFAULTS: dict[str, str] = {
 # benchdnn's modes: check, performance, both, and list (L: each run's line, nothing run).
 MODES = ("C", "P", "CP", "L")
 PROPERTIES = ("undef", "variable", "constant", "host_scalar")
-FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 GLOBAL_DTS = ("undef", "f32", "bf16", "f16")
 # Every data type oneDNN Graph names; which of them triodnn runs is the driver's business.
 ONEDNN_DTYPES = ("undef", "f32", "f16", "bf16", "f64", "s64", "s32", "s8", "u8", "boolean", "f8_e5m2",

@@ -20,10 +20,10 @@ def f32(i, shape, **kw):
     return LogicalTensor(i, "f32", shape, layout_type=kw.pop("layout_type", "strided"), **kw)
 
 
-def mlp_graph(n=8, c=16, o=12) -> Graph:
+def mlp_graph(n=8, c=16, o=12, fpmath_mode="strict") -> Graph:
     x, w, b = f32(0, [n, c]), f32(1, [c, o], property_type="constant"), f32(2, [o])
     h, hb, y = f32(3, [n, o]), f32(4, [n, o]), f32(5, [n, o])
-    g = Graph("cpu")
+    g = Graph("cpu", fpmath_mode)
     g.add_op(Op(0, "MatMul", [x, w], [h]))
     g.add_op(Op(1, "BiasAdd", [h, b], [hb]))
     g.add_op(Op(2, "ReLU", [hb], [y]))
@@ -176,6 +176,21 @@ async def test_mlp_compiles_and_matches_numpy(engine, rng):
     (out,) = [Tensor(lt, engine) for lt in cp.outputs]
     stream = await engine.stream()
     await cp.execute(stream, ins, [out])
+    np.testing.assert_array_equal(await out.to_numpy(), np.maximum(x @ w + b, 0))
+
+
+@pytest.mark.parametrize("mode", ["strict", "tf32", "any"])
+async def test_the_graphs_fpmath_mode_reaches_its_matmuls(engine, rng, mode):
+    """oneDNN's fpmath mode travels from the graph to each MatMul's descriptor, where a kernel
+    may take the down-conversion it allows (TF32 on NVIDIA tensor cores); small integers are
+    exact in TF32, so the result is the f32 one whatever kernel ran."""
+    (p,) = mlp_graph(fpmath_mode=mode).get_partitions()
+    cp = await p.compile(engine)
+    assert [prim.desc.fpmath for prim in cp.primitives if prim.kind == "matmul"] == [mode]
+    x, w, b = ints(rng, (8, 16)), ints(rng, (16, 12)), ints(rng, (12,))
+    ins = [await Tensor.from_numpy(lt, engine, a) for lt, a in zip(cp.inputs, (x, w, b))]
+    (out,) = [Tensor(lt, engine) for lt in cp.outputs]
+    await cp.execute(await engine.stream(), ins, [out])
     np.testing.assert_array_equal(await out.to_numpy(), np.maximum(x @ w + b, 0))
 
 

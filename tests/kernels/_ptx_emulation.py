@@ -1,10 +1,11 @@
 """The inline PTX of the tensor-core matmuls, emulated in OpenCL C, so their generated kernels run
 on a CPU device (``emulated(spec, ...)``): ``cp.async`` as a plain 16-byte copy, ``ldmatrix``
-(plain and ``.trans``) and ``mma.sync`` (m16n8k16 bf16/f16 with f32 sums, m16n8k32 s8/u8 with s32
-sums) as warp-wide exchanges through local memory between work-group barriers, ``prmt`` in C.
+(plain and ``.trans``) and ``mma.sync`` (m16n8k16 bf16/f16 and m16n8k8 TF32 with f32 sums,
+m16n8k32 s8/u8 with s32 sums) as warp-wide exchanges through local memory between work-group
+barriers; ``prmt``, ``cvt.rna.tf32.f32`` and ``ld.shared`` in C.
 
 The fragment layouts are written from the PTX ISA's tables ("Matrix Fragments for mma.m16n8k16"
-and "... mma.m16n8k32", "ldmatrix"), apart from the kernels' own reasoning, so a kernel that
+"... mma.m16n8k8" and "... mma.m16n8k32", "ldmatrix"), apart from the kernels' own reasoning, so a kernel that
 gives a wrong operand to a lane fails here as it would on the GPU. What emulation cannot show:
 timing, bank conflicts, and PTX the driver would refuse. A warp here is 32 consecutive
 work-items of the work-group, as on NVIDIA's hardware.
@@ -50,55 +51,53 @@ static inline void emu_share(__local uint* emu, uint a0, uint a1, uint a2, uint 
     emu[6u * lid + 4u] = b0; emu[6u * lid + 5u] = b1;
     barrier(CLK_LOCAL_MEM_FENCE);
 }
-static inline float emu_half(uint h, int brain) {
-    if (brain) return as_float(h << 16);
-    const uint e = (h >> 10) & 31u, m = h & 1023u;
-    const float v = e == 0u ? (float)m * 0x1p-24f : ldexp((float)(m | 1024u), (int)e - 25);
+/* Element k of a register holding e elements (kind 0 f16, 1 bf16, 2 tf32, 3 u8, 4 s8). */
+static inline float emu_element(uint word, uint k, uint e, int kind) {
+    if (kind == 2) return as_float(word & 0xffffe000u);  /* the tensor cores read 19 bits */
+    if (kind >= 3) {
+        const uint b = (word >> (8u * (k % e))) & 0xffu;
+        return kind == 4 ? (float)(char)b : (float)b;
+    }
+    const uint h = (word >> (16u * (k % e))) & 0xffffu;
+    if (kind == 1) return as_float(h << 16);
+    const uint x = (h >> 10) & 31u, m = h & 1023u;
+    const float v = x == 0u ? (float)m * 0x1p-24f : ldexp((float)(m | 1024u), (int)x - 25);
     return (h & 0x8000u) ? -v : v;
 }
-/* m16n8k16, 16-bit operands: A (row, k) in lane (row % 8) * 4 + (k % 8) / 2, register
-   row / 8 + 2 (k / 8), half k % 2; B (k, col) in lane col * 4 + (k % 8) / 2, register k / 8;
-   C: c0 (g, 2 t), c1 (g, 2 t + 1), c2 (g + 8, 2 t), c3 (g + 8, 2 t + 1). */
-static inline void emu_mma16(__local uint* emu, float* c0, float* c1, float* c2, float* c3, uint a0, uint a1,
-                             uint a2, uint a3, uint b0, uint b1, int brain) {
+/* Lane ``lane``'s accumulator i of m16n8k(8 e), e elements a register (4 bytes / element size):
+   A (row, k) is in lane (row % 8) * 4 + (k % 4e) / e, register row / 8 + 2 (k / 4e); B (k, col)
+   in lane col * 4 + (k % 4e) / e, register 4 + k / 4e (after emu_share's six words a lane);
+   C: c0 (g, 2 t), c1 (g, 2 t + 1), c2 (g + 8, 2 t), c3 (g + 8, 2 t + 1). Exact for the tests'
+   operands: every partial sum is an integer or a short binary fraction below 2^24. */
+static inline float emu_dot(__local uint* emu, uint warp, uint lane, uint i, uint e, int a_kind, int b_kind) {
+    const uint row = lane / 4u + (i / 2u) * 8u, col = 2u * (lane % 4u) + i % 2u;
+    float sum = 0.0f;
+    for (uint k = 0; k < 8u * e; ++k) {
+        const uint a = emu[6u * (warp + (row % 8u) * 4u + (k % (4u * e)) / e) + row / 8u + 2u * (k / (4u * e))];
+        const uint b = emu[6u * (warp + col * 4u + (k % (4u * e)) / e) + 4u + k / (4u * e)];
+        sum += emu_element(a, k, e, a_kind) * emu_element(b, k, e, b_kind);
+    }
+    return sum;
+}
+static inline void emu_mma_f32(__local uint* emu, float* c0, float* c1, float* c2, float* c3, uint a0, uint a1,
+                               uint a2, uint a3, uint b0, uint b1, uint e, int kind) {
     const uint lid = get_local_id(0), lane = lid % 32u, warp = lid - lane;
     emu_share(emu, a0, a1, a2, a3, b0, b1);
-    float* c[4] = {c0, c1, c2, c3};
-    for (uint i = 0; i < 4u; ++i) {
-        const uint row = lane / 4u + (i / 2u) * 8u, col = 2u * (lane % 4u) + i % 2u;
-        float sum = 0.0f;
-        for (uint k = 0; k < 16u; ++k) {
-            const uint a = emu[6u * (warp + (row % 8u) * 4u + (k % 8u) / 2u) + row / 8u + 2u * (k / 8u)];
-            const uint b = emu[6u * (warp + col * 4u + (k % 8u) / 2u) + 4u + k / 8u];
-            sum += emu_half((a >> (16u * (k % 2u))) & 0xffffu, brain) * emu_half((b >> (16u * (k % 2u))) & 0xffffu, brain);
-        }
-        *c[i] += sum;
-    }
+    *c0 += emu_dot(emu, warp, lane, 0u, e, kind, kind); *c1 += emu_dot(emu, warp, lane, 1u, e, kind, kind);
+    *c2 += emu_dot(emu, warp, lane, 2u, e, kind, kind); *c3 += emu_dot(emu, warp, lane, 3u, e, kind, kind);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
-/* m16n8k32, 8-bit operands: A (row, k) in lane (row % 8) * 4 + (k % 16) / 4, register
-   row / 8 + 2 (k / 16), byte k % 4; B (k, col) in lane col * 4 + (k % 16) / 4, register k / 16. */
-static inline int emu_byte(uint word, uint k, int is_signed) {
-    const uint b = (word >> (8u * (k % 4u))) & 0xffu;
-    return is_signed ? (int)(char)b : (int)b;
-}
-static inline void emu_mma8(__local uint* emu, int* c0, int* c1, int* c2, int* c3, uint a0, uint a1, uint a2,
-                            uint a3, uint b0, uint b1, int a_signed, int b_signed) {
+static inline void emu_mma_s32(__local uint* emu, int* c0, int* c1, int* c2, int* c3, uint a0, uint a1, uint a2,
+                               uint a3, uint b0, uint b1, int a_kind, int b_kind) {
     const uint lid = get_local_id(0), lane = lid % 32u, warp = lid - lane;
     emu_share(emu, a0, a1, a2, a3, b0, b1);
-    int* c[4] = {c0, c1, c2, c3};
-    for (uint i = 0; i < 4u; ++i) {
-        const uint row = lane / 4u + (i / 2u) * 8u, col = 2u * (lane % 4u) + i % 2u;
-        int sum = 0;
-        for (uint k = 0; k < 32u; ++k) {
-            const uint a = emu[6u * (warp + (row % 8u) * 4u + (k % 16u) / 4u) + row / 8u + 2u * (k / 16u)];
-            const uint b = emu[6u * (warp + col * 4u + (k % 16u) / 4u) + 4u + k / 16u];
-            sum += emu_byte(a, k, a_signed) * emu_byte(b, k, b_signed);
-        }
-        *c[i] += sum;
-    }
+    *c0 += (int)emu_dot(emu, warp, lane, 0u, 4u, a_kind, b_kind); *c1 += (int)emu_dot(emu, warp, lane, 1u, 4u, a_kind, b_kind);
+    *c2 += (int)emu_dot(emu, warp, lane, 2u, 4u, a_kind, b_kind); *c3 += (int)emu_dot(emu, warp, lane, 3u, 4u, a_kind, b_kind);
     barrier(CLK_LOCAL_MEM_FENCE);
 }
+/* cvt.rna.tf32.f32: to nearest, ties away from zero, on the 13 bits TF32 drops (finite values). */
+static inline uint to_tf32(uint bits) { return (bits + 0x1000u) & 0xffffe000u; }
+#define lds32(addr) (*(__local uint*)(SM + (addr)))
 static inline uint prmt(uint a, uint b, uint selector) {
     const ulong both = (ulong)a | ((ulong)b << 32);
     uint d = 0;
@@ -121,14 +120,16 @@ def emulated(source: str, *, operands: tuple[str, str]) -> str:
     src and weights types) with its PTX helpers replaced by the emulation above, and its two
     local stages placed in one local array the emulated addresses index."""
     a_type, b_type = operands
-    if a_type in ("bf16", "f16"):
-        ptx = matmul_mma._ptx_helpers(a_type)
-        mma = (f"#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma16(EMU, &(c0), &(c1), &(c2), &(c3), "
-               f"a0, a1, a2, a3, b0, b1, {int(a_type == 'bf16')})\n")
+    if a_type in ("f32", "bf16", "f16"):
+        ptx = matmul_mma._ptx_helpers("tf32" if a_type == "f32" else a_type)
+        e, kind = {"f32": (1, 2), "bf16": (2, 1), "f16": (2, 0)}[a_type]
+        mma = (f"#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma_f32(EMU, &(c0), &(c1), &(c2), &(c3), "
+               f"a0, a1, a2, a3, b0, b1, {e}u, {kind})\n")
     else:
         ptx = quantized_matmul_mma._ptx(a_type, b_type)
-        mma = (f"#define IMMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma8(EMU, &(c0), &(c1), &(c2), &(c3), "
-               f"a0, a1, a2, a3, b0, b1, {int(a_type == 's8')}, {int(b_type == 's8')})\n")
+        kinds = {"u8": 3, "s8": 4}
+        mma = (f"#define IMMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma_s32(EMU, &(c0), &(c1), &(c2), &(c3), "
+               f"a0, a1, a2, a3, b0, b1, {kinds[a_type]}, {kinds[b_type]})\n")
     if ptx not in source:
         raise ValueError("the kernel's PTX helpers are not the ones this emulation replaces")
     source = source.replace(ptx, _EMULATION + mma)

@@ -241,6 +241,9 @@ UNREACHABLE = {
         "depthwise needs the weights' channels contiguous, and packing is for weights whose channels are not",
     ("matmul_wgmma", "ocl:gemm_wgmma:{}"):
         "matmul.generate does not choose it while mma.sync is faster; test_matmul_wgmma.py runs every tile",
+    ("matmul_mma", "ocl:gemm_mma:{}:tf32"):
+        "matmul_mma.applies takes TF32 only once it has run on a GPU (TF32_CHOSEN); "
+        "test_tensor_core_emulation.py and test_matmul_mma.py run it",
     ("quantized_matmul_mma", "ocl:int8:mma:{}"):
         "quantized_matmul.generate chooses it by itself only once it has run on a GPU (CHOSEN); "
         "test_quantized_matmul_mma.py runs every tile",

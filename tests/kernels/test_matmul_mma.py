@@ -121,3 +121,31 @@ async def test_a_sum_post_op_reads_dst(tensor_cores, rng):
     assert primitive.impl.startswith("ocl:gemm_mma:")
     ref = _post_ops.scaled_reference(desc.post_ops, matmul.reference(a, w), old_dst=old)
     np.testing.assert_array_equal(got, _dtype_io.store_reference(ref, "bf16"))
+
+
+@pytest.mark.parametrize("tile", list(matmul_mma.TF32_TILES))
+@pytest.mark.parametrize("transposed", [False, True])
+async def test_every_tf32_tile(tensor_cores, rng, tile, transposed):
+    """f32 under fpmath "tf32" on the tensor cores: small integers are exact in TF32, so the
+    result equals the f32 reference; a batch, edges in M and N, a K tail, a bias."""
+    a, w, bias = ints(rng, (2, 150, 72)), ints(rng, (72, 136)), ints(rng, (1, 136))
+    w_desc = md(72, 136, dtype="f32", strides="ba" if transposed else None)
+    desc = MatmulDesc(md(2, 150, 72, dtype="f32"), w_desc, md(2, 150, 136, dtype="f32"),
+                      bias=md(1, 136, dtype="f32"), fpmath="tf32")
+    spec = matmul_mma.generate(desc, tensor_cores.kernel_config, tile=tile)
+    assert spec.impl == f"ocl:gemm_mma:{tile}:tf32"
+    stored = np.ascontiguousarray(w.T) if transposed else w
+    got = run_spec(tensor_cores, spec, {"src": a, "weights": stored, "bias": bias}, desc.dst.dims)
+    np.testing.assert_array_equal(got, matmul.reference(a, w, bias))
+
+
+def test_tf32_only_where_fpmath_allows_it():
+    f32 = MatmulDesc(md(64, 64, dtype="f32"), md(64, 64, dtype="f32"))
+    with pytest.raises(ValueError, match="needs bf16 or f16"):
+        matmul_mma.generate(f32, SM90, tile="64x64x16:w2x2:p2")  # strict: no TF32 kernel at all
+    for mode in ("tf32", "any"):
+        assert matmul_mma.tf32_operands(attrs.evolve(f32, fpmath=mode))
+    for mode in ("strict", "bf16", "f16"):
+        assert not matmul_mma.tf32_operands(attrs.evolve(f32, fpmath=mode))
+    # Chosen by itself only once measured on a GPU (TF32_CHOSEN); f32 stays on the CUDA cores until then.
+    assert matmul_mma.applies(attrs.evolve(f32, fpmath="tf32"), SM90) is matmul_mma.TF32_CHOSEN

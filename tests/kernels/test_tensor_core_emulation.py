@@ -108,3 +108,36 @@ def test_bf16_tiles_the_gpu_passes(oclgrind, rng, tile, k_major):
     got = run(oclgrind, spec, ("bf16", "bf16"), {"src": to_storage(a, "bf16"), "weights": stored_w, "bias": bias},
               (m, n), np.float32)
     np.testing.assert_array_equal(got, matmul.reference(a, w, bias))
+
+
+@pytest.mark.parametrize("tile", list(matmul_mma.TF32_TILES))
+@pytest.mark.parametrize("k_major", [True, False])
+def test_tf32_tiles(oclgrind, rng, tile, k_major):
+    """f32 under fpmath "tf32": operands rounded to TF32 (small integers and halves are exact
+    there, so results equal the f32 reference), both weights layouts (N-contiguous through
+    32-bit local loads), a K tail (K = 40: two slabs and a half) and a relu."""
+    m, k, n = 40, 40, 48
+    a = (rng.integers(-8, 9, (m, k)) / 2).astype(np.float32)
+    w = (rng.integers(-8, 9, (k, n)) / 2).astype(np.float32)
+    desc = MatmulDesc(md(m, k, dtype="f32"), md(k, n, dtype="f32", strides=None if k_major else "ba"),
+                      post_ops=(("eltwise", "relu", 0.0, 0.0),), fpmath="tf32")
+    fits(oclgrind, matmul_mma.TF32_TILES[tile], k_major)
+    spec = matmul_mma.generate(desc, SM90, tile=tile)
+    assert spec.impl == f"ocl:gemm_mma:{tile}:tf32" and "m16n8k8.row.col.f32.tf32.tf32.f32" in spec.source
+    got = run(oclgrind, spec, ("f32", "f32"), {"src": a, "weights": w if k_major else np.ascontiguousarray(w.T)},
+              (m, n), np.float32)
+    np.testing.assert_array_equal(got, np.maximum(a @ w, 0))
+
+
+def test_tf32_rounds_to_nearest_as_the_hardware_sees_it(oclgrind, rng):
+    """Operands that TF32 cannot hold: each product of the rounded values, so the result is
+    within TF32's rounding of the f32 product and differs from a truncating kernel."""
+    m, k, n = 16, 16, 16
+    a = (1 + rng.integers(0, 1 << 13, (m, k)) * 2.0 ** -23).astype(np.float32)  # below TF32's last place
+    w = np.ones((k, n), np.float32)
+    desc = MatmulDesc(md(m, k, dtype="f32"), md(k, n, dtype="f32"), fpmath="any")
+    spec = matmul_mma.generate(desc, SM90, tile="32x64x16:w1x2:p3")
+    got = run(oclgrind, spec, ("f32", "f32"), {"src": a, "weights": w}, (m, n), np.float32)
+    rounded = ((a.view(np.uint32) + 0x1000) & 0xFFFFE000).view(np.float32)
+    np.testing.assert_array_equal(got, rounded.astype(np.float64).sum(axis=1, keepdims=True).astype(np.float32)
+                                  * np.ones((1, n), np.float32))
