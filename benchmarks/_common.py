@@ -25,8 +25,9 @@ import trio
 
 import triodnn
 from triodnn._runtime import parse_engine_spec
+from triodnn.actors import build_program
 from triodnn.graph import Tensor
-from triodnn.kernels import KernelSpec
+from triodnn.kernels import KernelSpec, select_config
 
 
 def parse_args(description: str, extra=None) -> argparse.Namespace:
@@ -308,3 +309,23 @@ def _jsonable(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+class NvidiaDevice:
+    """The first NVIDIA OpenCL device, a context and queue on it, the kernel configuration the
+    engine would give it (its compute capability included), and ``build(spec)``: the spec's
+    kernel built as the engine builds it (``actors.build_program``). What the tensor-core tuning
+    scripts run their kernels on, outside the runtime."""
+
+    def __init__(self) -> None:
+        platform_ = [p for p in cl.get_platforms() if "NVIDIA" in p.name][0]
+        self.device = platform_.get_devices()[0]
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context)
+        self.sm = self.device.compute_capability_major_nv * 10 + self.device.compute_capability_minor_nv
+        self.config = select_config("gpu", self.device.max_work_group_size, self.device.local_mem_size,
+                                    nvidia_sm=self.sm)
+
+    def build(self, spec: KernelSpec):
+        program = build_program(self.context, self.device, spec.source, ptx_target=spec.ptx_target)
+        return getattr(program, spec.name)

@@ -21,28 +21,22 @@ import sys
 import time
 import traceback
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import torch
 
 from triodnn import MatmulDesc, MemoryDesc, QuantizedMatmulDesc
-from triodnn.actors import build_program
 from triodnn.kernels import matmul, quantized_matmul, quantized_matmul_mma
-from triodnn.kernels._spec import select_config
 
-plat = [p for p in cl.get_platforms() if "NVIDIA" in p.name][0]
-dev = plat.get_devices()[0]
-ctx = cl.Context([dev])
-q = cl.CommandQueue(ctx)
-sm = dev.compute_capability_major_nv * 10 + dev.compute_capability_minor_nv
-cfg = select_config("gpu", dev.max_work_group_size, dev.local_mem_size, nvidia_sm=sm)
+nv = common.NvidiaDevice()
+dev, ctx, q, sm, cfg = nv.device, nv.context, nv.queue, nv.sm, nv.config
 if sys.argv[1] == "0":
     print("device", dev.name, "sm", sm, cfg, flush=True)
 mf = cl.mem_flags
 
 
-def build(spec):
-    return getattr(build_program(ctx, dev, spec.source, ptx_target=spec.ptx_target), spec.name)
+build = nv.build
 
 
 def timed(launch, finish, reps):

@@ -20,21 +20,16 @@ import sys
 import time
 import traceback
 
+import _common as common
 import numpy as np
 import pyopencl as cl
 import torch
 
 from triodnn import MatmulDesc, MemoryDesc
-from triodnn.actors import build_program
 from triodnn.kernels import matmul, matmul_mma, matmul_wgmma
-from triodnn.kernels._spec import select_config
 
-plat = [p for p in cl.get_platforms() if "NVIDIA" in p.name][0]
-dev = plat.get_devices()[0]
-ctx = cl.Context([dev])
-q = cl.CommandQueue(ctx)
-sm = dev.compute_capability_major_nv * 10 + dev.compute_capability_minor_nv
-cfg = select_config("gpu", dev.max_work_group_size, dev.local_mem_size, nvidia_sm=sm)
+nv = common.NvidiaDevice()
+dev, ctx, q, sm, cfg = nv.device, nv.context, nv.queue, nv.sm, nv.config
 if sys.argv[1] == "0":
     print("device", dev.name, "sm", sm, cfg, flush=True)
 mf = cl.mem_flags
@@ -44,8 +39,7 @@ def bits(t):
     return t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
 
 
-def build(spec):
-    return getattr(build_program(ctx, dev, spec.source, ptx_target=spec.ptx_target), spec.name)
+build = nv.build
 
 
 def run_case(tag, m, n, k, dtype, dst_dtype, tile, k_major=True, batch=(), post_ops=(), reps=20, time_it=True):
