@@ -440,7 +440,7 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
                       + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)])
     accs = ", ".join(f"c{mi}_{ni}_{r} = 0.0f" for mi in range(mi_n) for ni in range(ni_n) for r in range(4))
     source = kernel_text(
-        tile, k_major, preamble=ep.helpers + _ptx_helpers(ops.mma_type) + f"#define M {m}UL\n#define N {n}UL\n",
+        tile, k_major, preamble=ep.helpers + ptx_helpers(ops.mma_type) + f"#define M {m}UL\n#define N {n}UL\n",
         name="matmul_fwd", params=ep.params, offsets=ep.offsets, setup=setup, copy_slab=copy_slab,
         slabs=math.ceil(k / bk), frags=f"const uint a_frag = {a_frag}, b_frag = {b_frag};\n    uint {frags};",
         accs=f"float {accs};", step=step, col0="n0 + wc + (lane % 4u) * 2u", stores=ep.stores,
@@ -553,8 +553,9 @@ static inline void ldsm_x4_trans(uint addr, uint* r0, uint* r1, uint* r2, uint* 
 """
 
 
-def _ptx_helpers(mma_type: str) -> str:
-    """The inline-PTX wrappers the kernel calls."""
+def ptx_helpers(mma_type: str) -> str:
+    """The inline-PTX wrappers the kernel calls: the copies and ``ldmatrix``, and ``MMA``, the
+    m16n8k16 (bf16, f16) or m16n8k8 (tf32, with ``lds32`` and ``to_tf32``) product into f32."""
     if mma_type == "tf32":
         return cp_async_helpers() + ldmatrix_helpers() + """static inline uint lds32(uint addr) {
     uint v;

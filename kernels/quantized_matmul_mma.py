@@ -79,7 +79,9 @@ def choose_tile(m: int, n: int, nbatch: int, config: KernelConfig) -> MmaTile:
     return choose_from([TILES[name] for name in PREFERENCE], m, n, nbatch, config, MIN_GROUPS)
 
 
-def _ptx(a_type: str, b_type: str) -> str:
+def ptx_helpers(a_type: str, b_type: str) -> str:
+    """The inline-PTX wrappers the kernel calls: the copies and ``ldmatrix``, ``prmt``, and
+    ``IMMA``, the m16n8k32 product of ``a_type`` by ``b_type`` (u8 or s8) into s32."""
     return cp_async_helpers() + ldmatrix_helpers() + f"""static inline uint prmt(uint a, uint b, uint selector) {{
     uint d;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
@@ -177,7 +179,7 @@ def generate(desc: QuantizedMatmulDesc, config: KernelConfig, head: str, params:
     accs += [f"s{ni}_{r} = 0" for ni in range(ni_n) for r in range(4)] if col_sums else []
     accs += [f"q{mi}_{r} = 0" for mi in range(mi_n) for r in range(4)] if row_sums else []
     source = kernel_text(
-        tile, k_major, preamble=head + _ptx(desc.src.dtype, desc.weights.dtype) + "#define ONES 0x01010101u\n",
+        tile, k_major, preamble=head + ptx_helpers(desc.src.dtype, desc.weights.dtype) + "#define ONES 0x01010101u\n",
         name="quantized_matmul", params=params, offsets=lay["offsets"], setup=setup, copy_slab=copy_slab,
         slabs=math.ceil(k / bk), frags=f"const uint a_frag = {a_frag}, b_frag = {b_frag};\n    uint {frags};",
         accs=f"int {', '.join(accs)};", step=step, col0=col0, stores="\n    ".join(stores),

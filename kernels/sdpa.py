@@ -27,7 +27,9 @@ reference and the tolerance. The generators, one module per shape of the same al
   (``ocl:sdpa:rowdot``).
 * GPU (``vector_width == 1``), plain scores (a scale, an additive mask, a causal mask filling
   with -inf, statistics) on work-groups of 256 with head sizes up to 128: ``sdpa_flash``'s kernel
-  (``ocl:sdpa:flash``), both products register-blocked as flash attention 2 tiles them.
+  (``ocl:sdpa:flash``), both products register-blocked as flash attention 2 tiles them; bf16
+  and f16 operands on NVIDIA sm_80+ may take ``sdpa_mma``'s (``ocl:sdpa:mma``), both products
+  on the tensor cores, once ``sdpa_mma.CHOSEN``.
 * GPU, the other variants (soft-capping, Select masks, fill values, quantized operands or
   probabilities, rounded scores): ``sdpa_gpu``'s split kernel (``ocl:sdpa:wgsplit``), or its one
   work-item per row kernel (``ocl:sdpa:wg``) where q and ``O`` would not fit in registers or
@@ -52,7 +54,7 @@ from .._values._sdpa_desc import CAUSAL as CAUSAL
 from .._values._sdpa_desc import FLOAT_DTYPES as FLOAT_DTYPES
 from .._values._sdpa_desc import SCALE_MODES as SCALE_MODES
 from .._values._sdpa_desc import SdpaDesc
-from . import _dtype_io, sdpa_flash
+from . import _dtype_io, sdpa_flash, sdpa_mma
 from ._post_ops import aligned_strides
 from ._registry import register
 from ._sdpa_quantized_io import _Operands
@@ -71,10 +73,11 @@ def _causal_offset(causal: str | None, sq: int, skv: int) -> int | None:
     raise ValueError(f"causal {causal!r} is not one of None, {', '.join(map(repr, CAUSAL))}")
 
 
-def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
+def generate(desc: SdpaDesc, config: KernelConfig, *, tensor_cores: bool | None = None) -> KernelSpec:
     """Source for the fused attention of ``desc`` (any strides; broadcast batch dims; dst dims are
     the broadcast batch + (Sq, Dv)). Kernel arguments, in order: query, key, value, [scale],
-    [mask], dst."""
+    [mask], dst. ``tensor_cores``: True builds ``sdpa_mma``'s kernel where it applies, False
+    never; None leaves it to ``sdpa_mma.CHOSEN``."""
     desc.check_supported()
     q_dims, q_strides = desc.query.dims, desc.query.strides
     k_dims, k_strides = desc.key.dims, desc.key.strides
@@ -172,6 +175,8 @@ def generate(desc: SdpaDesc, config: KernelConfig) -> KernelSpec:
         if rv:
             blocks = (CPU_SHAPES_NARROW if config.native_vector_width < 16 else CPU_SHAPES)[rv]
             return _cpu_generate(rv=rv, shape=blocks, local_memory=config.local_memory, **common)
+    if (sdpa_mma.CHOSEN if tensor_cores is None else tensor_cores) and sdpa_mma.applies(desc, config):
+        return sdpa_mma.generate(**common)
     flash = sdpa_flash.flash_shape(desc, config)
     if flash is not None:
         return sdpa_flash.generate(shape=flash, **common)

@@ -1007,6 +1007,10 @@ def test_references_run_through_public_graphs():
                    "boolean": np.bool_}
     for path in public_graphs():
         ops = load_ops(path)
+        # GQA's 75M scores and gelu's 25M-element maps took 13 of this test's 20 s (CPU, numpy):
+        # test_graph_conformance runs those graphs' references in full against the kernels.
+        if max(math.prod(json_shape(t) or ()) for op in ops for t in op["inputs"]) > 8_000_000:
+            continue
         consumers: dict[int, set[str]] = {}
         produced = {t["id"] for op in ops for t in op["outputs"]}
         for op in ops:

@@ -115,28 +115,59 @@ static inline uint prmt(uint a, uint b, uint selector) {
 """
 
 
-def emulated(source: str, *, operands: tuple[str, str]) -> str:
-    """``source`` (a ``matmul_mma`` or ``quantized_matmul_mma`` kernel of ``operands``, the
-    src and weights types) with its PTX helpers replaced by the emulation above, and its two
-    local stages placed in one local array the emulated addresses index."""
+_WARP_EMULATION = r"""
+static inline float emu_shfl_xor(__local uint* emu, float v, uint mask) {
+    const uint lid = get_local_id(0), lane = lid % 32u, warp = lid - lane;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    emu[lid] = as_uint(v);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float r = as_float(emu[warp + (lane ^ mask)]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+#define shfl_xor(v, mask) emu_shfl_xor(EMU, v, mask)
+static inline uint emu_round16(float x, int brain) {
+    if (brain) { const uint b = as_uint(x); return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16; }
+    ushort h;
+    vstore_half_rte(x, 0, (half*)&h);
+    return h;
+}
+"""
+
+
+def emulated(source: str, *, operands: tuple[str, str], extra: str = "") -> str:
+    """``source`` (a ``matmul_mma``, ``quantized_matmul_mma`` or ``sdpa_mma`` kernel of
+    ``operands``, the two products' operand types) with its PTX helpers replaced by the
+    emulation above (``extra``: its warp helpers, ``sdpa_mma.warp_helpers``, replaced by the
+    shuffle and rounding emulation), and its local arrays placed in one the emulated addresses
+    index."""
     a_type, b_type = operands
     if a_type in ("f32", "bf16", "f16"):
-        ptx = matmul_mma._ptx_helpers("tf32" if a_type == "f32" else a_type)
+        ptx = matmul_mma.ptx_helpers("tf32" if a_type == "f32" else a_type)
         e, kind = {"f32": (1, 2), "bf16": (2, 1), "f16": (2, 0)}[a_type]
         mma = (f"#define MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma_f32(EMU, &(c0), &(c1), &(c2), &(c3), "
                f"a0, a1, a2, a3, b0, b1, {e}u, {kind})\n")
     else:
-        ptx = quantized_matmul_mma._ptx(a_type, b_type)
+        ptx = quantized_matmul_mma.ptx_helpers(a_type, b_type)
         kinds = {"u8": 3, "s8": 4}
         mma = (f"#define IMMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) emu_mma_s32(EMU, &(c0), &(c1), &(c2), &(c3), "
                f"a0, a1, a2, a3, b0, b1, {kinds[a_type]}, {kinds[b_type]})\n")
     if ptx not in source:
         raise ValueError("the kernel's PTX helpers are not the ones this emulation replaces")
     source = source.replace(ptx, _EMULATION + mma)
-    stages = re.search(r"__local uint4 As\[(\d+)\];\s*__local uint4 Bs\[(\d+)\];", source)
+    if extra:
+        brain = int(a_type == "bf16")
+        source = source.replace(extra, _WARP_EMULATION + (
+            f"#define pack2(lo, hi) (emu_round16(lo, {brain}) | (emu_round16(hi, {brain}) << 16))\n"))
+    # The kernel's __local uint4 arrays, addressed through (uint)(size_t)NAME, become one array
+    # whose byte offsets the emulated instructions take as addresses.
+    arrays = re.findall(r"__local uint4 (\w+)\[(\d+)\];", source)
     threads = int(re.search(r"reqd_work_group_size\((\d+),", source).group(1))
-    a_uint4, b_uint4 = int(stages.group(1)), int(stages.group(2))
-    source = source.replace(stages.group(0), (
-        f"__local uint4 SMEM[{a_uint4 + b_uint4}]; __local uint EMU[{6 * threads}];\n"
-        "    __local uchar* SM = (__local uchar*)SMEM;"))
-    return source.replace("(uint)(size_t)As", "0u").replace("(uint)(size_t)Bs", f"{16 * a_uint4}u")
+    offset, first = 0, True
+    for name, count in arrays:
+        declaration = f"__local uint4 {name}[{count}];"
+        replacement = (f"__local uint4 SMEM[{sum(int(c) for _, c in arrays)}]; __local uint EMU[{6 * threads}];\n"
+                       "    __local uchar* SM = (__local uchar*)SMEM;") if first else ""
+        source = source.replace(declaration, replacement).replace(f"(uint)(size_t){name}", f"{offset}u")
+        offset, first = offset + 16 * int(count), False
+    return source

@@ -244,6 +244,9 @@ UNREACHABLE = {
     ("matmul_mma", "ocl:gemm_mma:{}:tf32"):
         "matmul_mma.applies takes TF32 only once it has run on a GPU (TF32_CHOSEN); "
         "test_tensor_core_emulation.py and test_matmul_mma.py run it",
+    ("sdpa_mma", "ocl:sdpa:mma:q{}:k{}:l{}"):
+        "sdpa.generate chooses it by itself only once it has run on a GPU (CHOSEN); "
+        "test_tensor_core_emulation.py and test_sdpa_mma.py run it",
     ("quantized_matmul_mma", "ocl:int8:mma:{}"):
         "quantized_matmul.generate chooses it by itself only once it has run on a GPU (CHOSEN); "
         "test_quantized_matmul_mma.py runs every tile",
