@@ -190,7 +190,7 @@ async def test_public_graphs_fused_through_the_runner(engine):
         assert_same(await runner.run(ooo, arrays), want)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 async def test_random_dag_equals_in_order(engine, seed):
     graph = random_graph(seed)
     arrays = random_inputs(graph, seed)
