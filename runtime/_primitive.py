@@ -93,8 +93,10 @@ class Primitive:
         in this or another process, on an engine of the same device."""
         if not _cache_blob.serializable(self._entry.key):
             raise CacheBlobError(f"{type(self.desc).__name__} descriptors cannot be stored in a blob")
+        # The engine's answer, the device's truth: an entry made under another configuration
+        # (a GPU-shaped kernel on a CPU) records that configuration's, which a loader must not take.
         return _cache_blob.dump([self._entry], self._entry.key.device, __version__,
-                                splits_float16_calls=self._entry.key.config.split_float16_calls)
+                                splits_float16_calls=self.engine.info.splits_float16_calls)
 
     def kernel_buffers(self, args, engine: Engine) -> tuple[cl.Buffer, ...]:
         """The kernel's buffer arguments in order, after checking every passed Memory against
