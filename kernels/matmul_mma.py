@@ -225,7 +225,7 @@ def work(desc: MatmulDesc, config: KernelConfig) -> tuple[int, int]:
     µs on an H200 where torch took 30."""
     m, n = desc.dst.dims[-2:]
     nbatch = math.prod(desc.dst.dims[:-2])
-    tile = choose_tile(m, n, nbatch, config)
+    tile = choose_tile(m, n, nbatch, config, 4 if tf32_operands(desc) else 2)
     return math.ceil(m / tile.bm) * math.ceil(n / tile.bn) * nbatch * tile.threads, math.ceil(desc.src.dims[-1] / tile.bk)
 
 
@@ -350,13 +350,44 @@ def operand_loads(tile: MmaTile, k_major: bool) -> tuple[str, str | None, list[s
     return a_frag, b_frag, loads_a, loads_b
 
 
-def kernel_text(tile: MmaTile, k_major: bool, *, preamble: str, name: str, params: str, offsets: str, setup: list[str],
-                copy_slab: Callable[[str, str], str], slabs: int, frags: str, accs: str, step: list[str],
-                col0: str, stores: str) -> str:
-    """A tensor-core kernel's source around its parts: local stages, the ``cp.async`` pipeline
-    (``stages - 1`` slabs in flight), ``step`` once per k step of each slab, then ``stores``
-    from ``row0`` (the lane's first row) and ``col0``."""
-    return preamble + f"""__kernel __attribute__((reqd_work_group_size({tile.threads}, 1, 1)))
+def resolve_tile(tile: MmaTile | str | None, tiles: dict[str, MmaTile], elem_bytes: int,
+                 choose: Callable[[], MmaTile]) -> MmaTile:
+    """``tile`` as given (an MmaTile, a name of ``tiles`` or another name), else ``choose()``'s;
+    checked, and ``ValueError`` unless it is for ``elem_bytes``-byte operands."""
+    if tile is None:
+        tile = choose()
+    elif isinstance(tile, str):
+        tile = tiles[tile] if tile in tiles else parse_tile(tile, elem_bytes)
+    if tile.elem_bytes != elem_bytes:
+        raise ValueError(f"tile {tile.name} is for {tile.elem_bytes}-byte operands; these take {elem_bytes}")
+    tile.check()
+    return tile
+
+
+def warp_products(tile: MmaTile, macro: str) -> list[str]:
+    """One ``macro`` product per 16 x 8 accumulator tile of a warp: ``c<mi>_<ni>_0..3`` from the
+    fragments ``a<mi>_0..3`` and ``b<ni>_0..1``."""
+    return [f"{macro}({', '.join(f'c{mi}_{ni}_{r}' for r in range(4))}, "
+            f"a{mi}_0, a{mi}_1, a{mi}_2, a{mi}_3, b{ni}_0, b{ni}_1);"
+            for mi in range(tile.warp_rows // 16) for ni in range(tile.warp_cols // 8)]
+
+
+def mma_kernel(tile: MmaTile, k_major: bool, *, preamble: str, name: str, params: str, args: tuple[str, ...],
+               impl: str, m: int, n: int, k: int, nbatch: int, offsets: str, setup: list[str],
+               copy_slab: Callable[[str, str], str], a_frag: str, b_frag: str | None, scratch: tuple[str, ...] = (),
+               accs: str, step: list[str], col0: str, stores: str) -> KernelSpec:
+    """A tensor-core kernel around its parts: local stages, the fragment registers (``a``, ``b``
+    and ``scratch``) with the lane's ``ldmatrix`` bases, the ``cp.async`` pipeline (``stages -
+    1`` slabs in flight), ``step`` once per k step of each slab, then ``stores`` from ``row0``
+    (the lane's first row) and ``col0``; one work-group per ``bm x bn`` tile of dst. ``b_frag``
+    is ``operand_loads``'s, which leaves K-major weights' to the kernel: None is refused."""
+    if b_frag is None:
+        raise ValueError(f"{name}: K-major weights need the kernel's own fragment base (b_frag)")
+    mi_n, ni_n = tile.warp_rows // 16, tile.warp_cols // 8
+    frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
+                      + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)] + list(scratch))
+    slabs = math.ceil(k / tile.bk)
+    source = preamble + f"""__kernel __attribute__((reqd_work_group_size({tile.threads}, 1, 1)))
 void {name}({params}) {{
     __local uint4 As[{tile.stages * tile.a_stage() * tile.elem_bytes // 16}];
     __local uint4 Bs[{tile.stages * tile.b_stage(k_major) * tile.elem_bytes // 16}];
@@ -366,7 +397,8 @@ void {name}({params}) {{
     const ulong m0 = get_group_id(1) * {tile.bm}UL, n0 = get_group_id(0) * {tile.bn}UL;
     {offsets}
     {(chr(10) + "    ").join(setup)}
-    {frags}
+    const uint a_frag = {a_frag}, b_frag = {b_frag};
+    uint {frags};
     {accs}
     #pragma unroll
     for (uint s = 0; s < {tile.stages - 1}u; ++s) {{
@@ -389,6 +421,11 @@ void {name}({params}) {{
     {stores}
 }}
 """
+    return KernelSpec(
+        source=source, name=name, arg_names=args,
+        global_size=(math.ceil(n / tile.bn) * tile.threads, math.ceil(m / tile.bm), nbatch),
+        local_size=(tile.threads, 1, 1), impl=impl,
+    )
 
 
 def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaTile | str | None = None) -> KernelSpec:
@@ -396,16 +433,9 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     ops = gemm_operands(desc, "tensor-core matmul", tf32=True)
     k_major, m, k, n, nbatch, sa, sb = ops.k_major, ops.m, ops.k, ops.n, ops.nbatch, ops.sa, ops.sb
     eb = 4 if ops.mma_type == "tf32" else 2
-    tiles = TF32_TILES if eb == 4 else TILES
-    if tile is None:
-        tile = choose_tile(m, n, nbatch, config, eb)
-    elif isinstance(tile, str):
-        tile = tiles[tile] if tile in tiles else parse_tile(tile, eb)
-    if tile.elem_bytes != eb:
-        raise ValueError(f"tile {tile.name} is for {tile.elem_bytes}-byte operands; {ops.mma_type} takes {eb}")
-    tile.check()
+    tile = resolve_tile(tile, TF32_TILES if eb == 4 else TILES, eb, lambda: choose_tile(m, n, nbatch, config, eb))
 
-    bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
+    bm, bn, bk = tile.bm, tile.bn, tile.bk
     ldb = (bn + tile.chunk) if k_major else (bk + tile.chunk)
     b_stage = tile.b_stage(k_major)
     mi_n, ni_n = tile.warp_rows // 16, tile.warp_cols // 8
@@ -428,27 +458,17 @@ def mma_gemm(desc: MatmulDesc, post_ops: tuple, config: KernelConfig, tile: MmaT
     if eb == 4:  # round each operand to TF32 (the tensor cores would drop its low 13 bits)
         step += [f"a{mi}_{j} = to_tf32(a{mi}_{j});" for mi in range(mi_n) for j in range(4)]
         step += [f"b{ni}_{j} = to_tf32(b{ni}_{j});" for ni in range(ni_n) for j in range(2)]
-    for mi in range(mi_n):
-        for ni in range(ni_n):
-            c = [f"c{mi}_{ni}_{r}" for r in range(4)]
-            step.append(f"MMA({', '.join(c)}, a{mi}_0, a{mi}_1, a{mi}_2, a{mi}_3, b{ni}_0, b{ni}_1);")
+    step += warp_products(tile, "MMA")
 
     # Accumulator (mi, ni, r) is row wr + mi*16 + lane/4 + (r/2)*8, column wc + ni*8 + (lane%4)*2
     # + r%2 of the work-group's tile.
     ep = fragment_epilogue(desc, post_ops, bm, bn, mi_n, ni_n, lambda mi, ni, r: f"c{mi}_{ni}_{r}")
-    frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
-                      + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)])
     accs = ", ".join(f"c{mi}_{ni}_{r} = 0.0f" for mi in range(mi_n) for ni in range(ni_n) for r in range(4))
-    source = kernel_text(
+    return mma_kernel(
         tile, k_major, preamble=ep.helpers + ptx_helpers(ops.mma_type) + f"#define M {m}UL\n#define N {n}UL\n",
-        name="matmul_fwd", params=ep.params, offsets=ep.offsets, setup=setup, copy_slab=copy_slab,
-        slabs=math.ceil(k / bk), frags=f"const uint a_frag = {a_frag}, b_frag = {b_frag};\n    uint {frags};",
-        accs=f"float {accs};", step=step, col0="n0 + wc + (lane % 4u) * 2u", stores=ep.stores,
-    )
-    return KernelSpec(
-        source=source, name="matmul_fwd", arg_names=ep.args,
-        global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
-        local_size=(threads, 1, 1), impl=f"ocl:gemm_mma:{tile.name}{':tf32' if eb == 4 else ''}",
+        name="matmul_fwd", params=ep.params, args=ep.args, impl=f"ocl:gemm_mma:{tile.name}{':tf32' if eb == 4 else ''}",
+        m=m, n=n, k=k, nbatch=nbatch, offsets=ep.offsets, setup=setup, copy_slab=copy_slab, a_frag=a_frag,
+        b_frag=b_frag, accs=f"float {accs};", step=step, col0="n0 + wc + (lane % 4u) * 2u", stores=ep.stores,
     )
 
 

@@ -23,8 +23,6 @@ kernels' ``qm_epilogue``, so outputs equal the reference's exactly.
 
 from __future__ import annotations
 
-import math
-
 from .._values._quantized_matmul_desc import QuantizedMatmulDesc
 from ._spec import KernelConfig, KernelSpec
 from .matmul_mma import (
@@ -32,11 +30,13 @@ from .matmul_mma import (
     MmaTile,
     choose_from,
     cp_async_helpers,
-    kernel_text,
     ldmatrix_helpers,
+    mma_kernel,
     operand_loads,
     parse_tile,
+    resolve_tile,
     slab_copies,
+    warp_products,
     weights_layout,
 )
 
@@ -108,13 +108,8 @@ def generate(desc: QuantizedMatmulDesc, config: KernelConfig, head: str, params:
     k = desc.src.dims[-1]
     nbatch = lay["nbatch"]
     sa, sb = lay["sa"], lay["sb"]
-    if tile is None:
-        tile = choose_tile(m, n, nbatch, config)
-    elif isinstance(tile, str):
-        tile = TILES[tile] if tile in TILES else parse_tile(tile, elem_bytes=1)
-    tile.check()
-    bm, bn, bk, threads = tile.bm, tile.bn, tile.bk, tile.threads
-    ldb = bn + _CHUNK
+    tile = resolve_tile(tile, TILES, 1, lambda: choose_tile(m, n, nbatch, config))
+    ldb = tile.bn + _CHUNK
     b_stage = tile.b_stage(k_major)
     mi_n, ni_n = tile.warp_rows // 16, tile.warp_cols // 8
     src_zp = desc.src_zp
@@ -135,11 +130,7 @@ def generate(desc: QuantizedMatmulDesc, config: KernelConfig, head: str, params:
             step.append(f"ldsm_x4_trans({address}, &t0, &t1, &t2, &t3);")
             step.append(f"b{e}_0 = prmt(t0, t1, 0x6420u); b{o}_0 = prmt(t0, t1, 0x7531u); "
                         f"b{e}_1 = prmt(t2, t3, 0x6420u); b{o}_1 = prmt(t2, t3, 0x7531u);")
-    step += loads_b
-    for mi in range(mi_n):
-        for ni in range(ni_n):
-            c = [f"c{mi}_{ni}_{r}" for r in range(4)]
-            step.append(f"IMMA({', '.join(c)}, a{mi}_0, a{mi}_1, a{mi}_2, a{mi}_3, b{ni}_0, b{ni}_1);")
+    step += loads_b + warp_products(tile, "IMMA")
     if col_sums:  # src of ones: every row of s{ni} is the column sums of the weights so far
         for ni in range(ni_n):
             s = [f"s{ni}_{r}" for r in range(4)]
@@ -172,20 +163,13 @@ def generate(desc: QuantizedMatmulDesc, config: KernelConfig, head: str, params:
                               f"qm_epilogue({call}mm, nn, (int)({' '.join(terms)})); }}")
     col0 = "n0 + wc + (lane % 4u) * 4u" if k_major else "n0 + wc + (lane % 4u) * 2u"
 
-    frags = ", ".join([f"a{mi}_{j}" for mi in range(mi_n) for j in range(4)]
-                      + [f"b{ni}_{j}" for ni in range(ni_n) for j in range(2)]
-                      + (["t0", "t1", "t2", "t3"] if k_major else []))
     accs = [f"c{mi}_{ni}_{r} = 0" for mi in range(mi_n) for ni in range(ni_n) for r in range(4)]
     accs += [f"s{ni}_{r} = 0" for ni in range(ni_n) for r in range(4)] if col_sums else []
     accs += [f"q{mi}_{r} = 0" for mi in range(mi_n) for r in range(4)] if row_sums else []
-    source = kernel_text(
+    return mma_kernel(
         tile, k_major, preamble=head + ptx_helpers(desc.src.dtype, desc.weights.dtype) + "#define ONES 0x01010101u\n",
-        name="quantized_matmul", params=params, offsets=lay["offsets"], setup=setup, copy_slab=copy_slab,
-        slabs=math.ceil(k / bk), frags=f"const uint a_frag = {a_frag}, b_frag = {b_frag};\n    uint {frags};",
-        accs=f"int {', '.join(accs)};", step=step, col0=col0, stores="\n    ".join(stores),
-    )
-    return KernelSpec(
-        source=source, name="quantized_matmul", arg_names=args,
-        global_size=(math.ceil(n / bn) * threads, math.ceil(m / bm), nbatch),
-        local_size=(threads, 1, 1), impl=f"ocl:int8:mma:{tile.name}",
+        name="quantized_matmul", params=params, args=args, impl=f"ocl:int8:mma:{tile.name}", m=m, n=n, k=k,
+        nbatch=nbatch, offsets=lay["offsets"], setup=setup, copy_slab=copy_slab, a_frag=a_frag, b_frag=b_frag,
+        scratch=("t0", "t1", "t2", "t3") if k_major else (), accs=f"int {', '.join(accs)};", step=step, col0=col0,
+        stores="\n    ".join(stores),
     )
