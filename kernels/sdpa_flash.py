@@ -33,6 +33,7 @@ import math
 from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec, up4
+from .sdpa_gpu import kv_end_code
 
 LOCAL = 256  # work-items per work-group
 MAX_HEAD = 128  # D and Dv (rounded up to 4) at most: Q's block and a K or V tile in local memory
@@ -171,11 +172,7 @@ def generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale,
             stores.append(f"if ({' && '.join(conds)}) "
                           f"{store(dt, 'dst', f'off_d + {row} * {sdm}UL + (ulong)({c}) * {sdd}UL', value)}")
 
-    if offset is not None:
-        kv_end = (f"const long kv_lim = (long)(r0 + {br - 1}UL < {sq - 1}UL ? r0 + {br - 1}UL : {sq - 1}UL) + {offset} + 1L; "
-                  f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
-    else:
-        kv_end = f"const ulong kv_end = {skv}UL;"
+    kv_end = kv_end_code(f"r0 + {br - 1}UL < {sq - 1}UL ? r0 + {br - 1}UL : {sq - 1}UL", offset, skv)
     prologue = f"if (kv_end > 0UL) {{ const ulong jn = 0UL; {k_load} {v_load} }}" if ahead else ""
     stats_store = (f"if (part == 0u && r0 + srow < {sq}UL) stats[off_s + (r0 + srow) * {sa['s'][-2]}UL] = "
                    f"ms[srow] + log(ls[srow]);" if stats else "")

@@ -22,6 +22,16 @@ import math
 from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec, up4
 
+
+def kv_end_code(last_row: str | None, offset: str | None, skv: int) -> str:
+    """C declaring ``kv_end``, the keys a block of query rows visits: up to the causal diagonal
+    (``offset``, a C expression of type long) of its last row (``last_row``, C), or all ``skv``
+    where either is None (no causal mask, or one filling masked scores, which still count)."""
+    if last_row is None or offset is None:
+        return f"const ulong kv_end = {skv}UL;"
+    return (f"const long kv_lim = (long)({last_row}) + {offset} + 1L; "
+            f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
+
 # GPU shape: keys per tile, and the most floats the K and V tiles may take in __local memory.
 GPU_BK, GPU_TILE_FLOATS = 32, 8192
 
@@ -66,11 +76,7 @@ def _gpu_generate(*, config, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_
     elif offset is not None:
         masked.append(f"(long)(j0 + j) > (long)qi + {offset}")
     score.append(f"if ({' || '.join(masked)}) x = -INFINITY;")
-    if offset is not None and not causal_fill:
-        kv_end = (f"const long kv_lim = (long)(g * {local}UL + {local - 1}UL) + {offset} + 1L; "
-                  f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
-    else:
-        kv_end = f"const ulong kv_end = {skv}UL;"
+    kv_end = kv_end_code(None if causal_fill else f"g * {local}UL + {local - 1}UL", offset, skv)
     store_row = _dtype_io.store(dt, "dst", f"off_d + qi * {sdm}UL + e * {sdd}UL", ops.dst("o[e] * inv"))
     source = functions + f"""__attribute__((reqd_work_group_size({local}, 1, 1)))
 {signature} {{
@@ -285,11 +291,7 @@ def _gpu_split_generate(*, shape, sq, skv, d, dv, nbatch, offsets, sa, has_mask,
         terms = "".join(f" o{e} = fma((float4)(p{c}), L4(vl + t * {vs}u + {c * t_ * vs + 4 * e}u), o{e});"
                         for c in range(kc))
         pv.append(f"o{e} *= alpha;{terms}")
-    if offset is not None and not causal_fill:
-        kv_end = (f"const long kv_lim = (long)(g * {rows}UL + {rows - 1}UL) + {offset} + 1L; "
-                  f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
-    else:
-        kv_end = f"const ulong kv_end = {skv}UL;"
+    kv_end = kv_end_code(None if causal_fill else f"g * {rows}UL + {rows - 1}UL", offset, skv)
 
     # Merge: chunks of ce O columns per pass through the tile area (row-padded by 4 floats).
     ce = dv4

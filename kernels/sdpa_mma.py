@@ -27,6 +27,7 @@ from .._values._sdpa_desc import SdpaDesc
 from . import _dtype_io
 from ._spec import KernelConfig, KernelSpec
 from .matmul_mma import LOCAL_MEMORY, MIN_SM, ptx_helpers
+from .sdpa_gpu import kv_end_code
 
 BR = 64  # query rows per work-group: 4 warps of 16
 BC = 64  # keys per tile
@@ -190,11 +191,7 @@ def generate(*, sq, skv, d, dv, nbatch, offsets, sa, has_mask, has_scale, scale_
                        f"if (rw < {sq}UL) stats[off_s + rw * {ss}UL] = m_lo + log(l_lo); "
                        f"if (rw + 8UL < {sq}UL) stats[off_s + (rw + 8UL) * {ss}UL] = m_hi + log(l_hi); }}")
 
-    if offset is not None:
-        kv_end = (f"const long kv_lim = (long)(r0 + {BR - 1}UL < {sq - 1}UL ? r0 + {BR - 1}UL : {sq - 1}UL) + {offset} + 1L; "
-                  f"const ulong kv_end = kv_lim <= 0L ? 0UL : ((ulong)kv_lim < {skv}UL ? (ulong)kv_lim : {skv}UL);")
-    else:
-        kv_end = f"const ulong kv_end = {skv}UL;"
+    kv_end = kv_end_code(f"r0 + {BR - 1}UL < {sq - 1}UL ? r0 + {BR - 1}UL : {sq - 1}UL", offset, skv)
     q_regs = ", ".join(f"q{t}_{j}" for t in range(ks_q) for j in range(4))
     s_regs = ", ".join(f"s{nt}_{r} = 0.0f" for nt in range(nt_s) for r in range(4))
     o_regs = ", ".join(f"o{nt}_{r} = 0.0f" for nt in range(nt_o) for r in range(4))
