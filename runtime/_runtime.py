@@ -67,8 +67,7 @@ def _read_blob(blob: bytes, device: cl.Device) -> tuple[list[PrimitiveImpl], boo
     configurations agree on (None when they differ or there are none: the device is probed).
     ``CacheBlobError`` for a blob of another device or triodnn version."""
     identity = DeviceIdentity.of(DeviceInfo(**describe_device(device), splits_float16_calls=False))
-    impls = _cache_blob.load(blob, identity, __version__)
-    recorded = _cache_blob.float16_answer(blob)
+    impls, recorded = _cache_blob.load_with_answer(blob, identity, __version__)
     if recorded is not None:
         return impls, recorded
     splits = {impl.key.config.split_float16_calls for impl in impls}

@@ -172,20 +172,15 @@ def dump(impls: list[PrimitiveImpl], device, triodnn_version: str, *,
     return frame(header, b"".join(binaries))
 
 
-def float16_answer(blob: bytes) -> bool | None:
-    """The float16 answer the blob's writer recorded (``dump``'s ``splits_float16_calls``), or
-    None where it recorded none. Read from the header alone: ``load`` checks the rest."""
-    header_bytes, _ = unframe(bytes(blob))
-    try:
-        answer = json.loads(header_bytes).get("splits_float16_calls")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return None
-    return answer if isinstance(answer, bool) else None
-
-
 def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
     """The implementations in ``blob``; ``CacheBlobError`` unless it was made for ``device``,
     and whole: every entry's checksum is checked before any of it is used."""
+    return load_with_answer(blob, device, triodnn_version)[0]
+
+
+def load_with_answer(blob: bytes, device, triodnn_version: str) -> tuple[list[PrimitiveImpl], bool | None]:
+    """``load``'s implementations, and the float16 answer the blob's writer recorded (``dump``'s
+    ``splits_float16_calls``; None where it recorded none), from one reading of the header."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise CacheBlobError(f"blob is {type(blob).__name__}, expected bytes")
     header_bytes, binaries = unframe(bytes(blob))
@@ -240,4 +235,5 @@ def load(blob: bytes, device, triodnn_version: str) -> list[PrimitiveImpl]:
         offset += size
     if offset != len(binaries):
         raise CacheBlobError(f"blob has {len(binaries) - offset} bytes past its last entry: damaged or appended to")
-    return impls
+    answer = header.get("splits_float16_calls")
+    return impls, answer if isinstance(answer, bool) else None
