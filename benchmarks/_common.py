@@ -329,3 +329,19 @@ class NvidiaDevice:
     def build(self, spec: KernelSpec):
         program = build_program(self.context, self.device, spec.source, ptx_target=spec.ptx_target)
         return getattr(program, spec.name)
+
+    def build_timed(self, spec: KernelSpec, label: str):
+        """(kernel, build seconds); None after printing ``label``'s build failure (a tile the
+        driver refuses is a result of the tuning run, not its end)."""
+        started = time.perf_counter()
+        try:
+            kernel = self.build(spec)
+        except Exception as exc:
+            print(f"{label}: BUILD FAILED {type(exc).__name__}: {str(exc)[:3000]}", flush=True)
+            return None
+        return kernel, time.perf_counter() - started
+
+    def upload(self, array: np.ndarray) -> cl.Buffer:
+        """A read-only device buffer holding ``array``."""
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return cl.Buffer(self.context, flags, hostbuf=np.ascontiguousarray(array))

@@ -36,9 +36,6 @@ if sys.argv[1] == "0":
 mf = cl.mem_flags
 
 
-build = nv.build
-
-
 def timed(launch, finish, reps):
     finish()
     t0 = time.perf_counter()
@@ -57,16 +54,13 @@ def run_case(tag, m, n, k, tile, k_major=True, src_zp=0, wei_zp=0, reps=20, time
                                src_zp=src_zp, wei_zps=[wei_zp] if wei_zp else [])
     assert quantized_matmul_mma.applies(desc, cfg), tag
     spec = quantized_matmul.generate(desc, cfg, mma_tile=tile)
-    t0 = time.perf_counter()
-    try:
-        kern = build(spec)
-    except Exception as e:
-        print(f"{tag} {tile}: BUILD FAILED {type(e).__name__}: {str(e)[:3000]}", flush=True)
+    built = nv.build_timed(spec, f"{tag} {tile}")
+    if built is None:
         return None
-    build_s = time.perf_counter() - t0
+    kern, build_s = built
     bhost = b.cpu().numpy() if k_major else np.ascontiguousarray(b.cpu().numpy().T)
-    abuf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a.cpu().numpy())
-    bbuf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bhost)
+    abuf = nv.upload(a.cpu().numpy())
+    bbuf = nv.upload(bhost)
     dbuf = cl.Buffer(ctx, mf.READ_WRITE, m * n * 4)
     launch = lambda: kern(q, spec.global_size, spec.local_size, abuf, bbuf, dbuf)  # noqa: E731
     launch()
@@ -86,9 +80,9 @@ def run_case(tag, m, n, k, tile, k_major=True, src_zp=0, wei_zp=0, reps=20, time
         b16 = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
         bf = MatmulDesc(MemoryDesc((m, k), "bf16"), MemoryDesc((k, n), "bf16"), MemoryDesc((m, n), "bf16"))
         bspec = matmul.generate(bf, cfg)
-        bkern = build(bspec)
-        a16buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a16.view(torch.int16).cpu().numpy())
-        b16buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b16.view(torch.int16).cpu().numpy())
+        bkern = nv.build(bspec)
+        a16buf = nv.upload(a16.view(torch.int16).cpu().numpy())
+        b16buf = nv.upload(b16.view(torch.int16).cpu().numpy())
         d16buf = cl.Buffer(ctx, mf.READ_WRITE, m * n * 2)
         blaunch = lambda: bkern(q, bspec.global_size, bspec.local_size, a16buf, b16buf, d16buf)  # noqa: E731
         a8 = a.to(torch.int8)  # torch._int_mm takes s8 x s8; the rate is what matters here

@@ -39,9 +39,6 @@ def bits(t):
     return t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
 
 
-build = nv.build
-
-
 def run_case(tag, m, n, k, dtype, dst_dtype, tile, k_major=True, batch=(), post_ops=(), reps=20, time_it=True):
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
     host = (lambda t: t.contiguous().cpu().numpy()) if dtype == "f32" else bits  # noqa: E731
@@ -66,16 +63,13 @@ def run_case(tag, m, n, k, dtype, dst_dtype, tile, k_major=True, batch=(), post_
         spec = matmul.generate(desc, cfg)
     else:
         spec = (matmul_wgmma if tile in matmul_wgmma.TILES else matmul_mma).generate(desc, cfg, tile=tile)
-    t0 = time.perf_counter()
-    try:
-        kern = build(spec)
-    except Exception as e:
-        print(f"{tag} {tile}: BUILD FAILED {type(e).__name__}: {str(e)[:3000]}", flush=True)
+    built = nv.build_timed(spec, f"{tag} {tile}")
+    if built is None:
         return None
-    build_s = time.perf_counter() - t0
+    kern, build_s = built
     ahost = host(a)
-    abuf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=ahost)
-    bbuf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bhost)
+    abuf = nv.upload(ahost)
+    bbuf = nv.upload(bhost)
     out_np = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16}[dst_dtype]
     nout = int(np.prod(batch or (1,))) * m * n
     dbuf = cl.Buffer(ctx, mf.READ_WRITE, nout * np.dtype(out_np).itemsize)
