@@ -176,6 +176,12 @@ def test_engine_blob_in_a_new_process_compiles_nothing(tmp_path):
     opened = run("open")
     assert opened.returncode == 0, opened.stderr
     assert opened.stdout.split() == ["0", "3", split, "0"]
+    # A blob recording no answer whose entries disagree (a test process's cache) leaves the
+    # answer to the device's probe: it once vouched False, and built again what it held.
+    path.write_bytes(with_a_foreign_entry(path.read_bytes(), None))
+    mixed = run("open")
+    assert mixed.returncode == 0, mixed.stderr
+    assert mixed.stdout.split() == ["0", "4", split, probes]
 
 
 async def test_a_blob_of_chosen_primitives_holds_theirs_only(engine):
@@ -191,22 +197,25 @@ async def test_a_blob_of_chosen_primitives_holds_theirs_only(engine):
 
 
 def with_a_foreign_entry(blob: bytes, recorded: bool | None) -> bytes:
-    """``blob``'s entry twice, the copy under the other float16 answer's configuration (what a
-    process that ran GPU-shaped kernels on a CPU device holds), and the writer's recorded answer
-    replaced by ``recorded`` (None: none recorded, as blobs before the record)."""
+    """``blob`` with its first entry once more at the end, the copy under the other float16
+    answer's configuration (what a process that ran GPU-shaped kernels on a CPU device holds),
+    and the writer's recorded answer replaced by ``recorded`` (None: none recorded, as blobs
+    before the record)."""
+    header, binaries = unframe(blob)
+    first = json.loads(header)["entries"][0]
+
     def change(header):
-        entry = header["entries"][0]
-        foreign = json.loads(json.dumps(entry))
+        foreign = json.loads(json.dumps(first))
         config = foreign["key"]["config"]
         config["split_float16_calls"] = not config["split_float16_calls"]
-        foreign["offset"] = entry["size"]
+        foreign["offset"] = len(binaries)
         header["entries"].append(foreign)
         header.pop("splits_float16_calls", None)
         if recorded is not None:
             header["splits_float16_calls"] = recorded
 
-    header, binaries = unframe(blob)
-    return rewrite_header(frame(header, bytes(binaries) * 2), change)
+    copy = bytes(binaries[first["offset"]:first["offset"] + first["size"]])
+    return rewrite_header(frame(header, bytes(binaries) + copy), change)
 
 
 async def test_an_engine_takes_the_float16_answer_its_blob_records_not_its_entries_guess(rt, engine, good_blob):
